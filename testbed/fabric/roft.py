@@ -61,7 +61,7 @@ def build(given: dict):
     p = _resolve(given)
     leaves, d, u, s = p["leaves"], p["servers_per_segment"], p["uplinks_per_leaf"], p["gpus_per_server"]
     radix = p["radix"]
-    spines = p["spines"] or u
+    spines = p["spines"] or _default_spines(leaves, u, radix)
     require(u % spines == 0, "roft", f"{u} uplinks per leaf do not split evenly over spines={spines}")
     lps = u // spines
     spine_ports = leaves * lps
@@ -78,6 +78,15 @@ def build(given: dict):
     require(radix > 0, "roft", "three tiers need an explicit radix")
     p.update(tiers=3, spines=0)
     return _build_three_tier(p)
+
+
+def _default_spines(leaves: int, u: int, radix: int) -> int:
+    """One spine per leaf uplink; with a radix, as few spines as fill their ports exactly."""
+    if radix and (leaves * u) % radix == 0:
+        k = leaves * u // radix
+        if k >= 1 and u % k == 0:
+            return k
+    return u
 
 
 def _gpus(b: FabricBuilder, p: dict, rate: int):
