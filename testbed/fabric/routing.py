@@ -32,16 +32,38 @@ def splitmix64(x):
 
 
 def switch_seed(dpid):
-    """Per-switch ECMP hash seed, from the dpid: different seeds avoid hash polarisation."""
+    """Per-switch ECMP seed, from the dpid: different seeds avoid hash polarisation."""
     return splitmix64(np.asarray(dpid, dtype=U64) ^ U64(0x5A4C4142))  # "ZLAB"
 
 
-def flow_hash(seed, src_ip, dst_ip, sport, dport=ROCE_UDP_PORT, proto=17):
-    """5-tuple hash; RoCEv2's UDP source port is the entropy."""
-    k1 = (np.asarray(src_ip, dtype=U64) << U64(32)) | np.asarray(dst_ip, dtype=U64)
-    k2 = (np.asarray(proto, dtype=U64) << U64(32)) | (np.asarray(sport, dtype=U64) << U64(16)) | \
-        np.asarray(dport, dtype=U64)
-    return splitmix64(splitmix64(k1 ^ np.asarray(seed, dtype=U64)) ^ k2)
+def ecmp_bits(k: int) -> int:
+    """Bucket bits for a k-way group: >= 4 buckets per member, at least 16 buckets."""
+    return min(12, max(4, int(np.ceil(np.log2(max(k, 1)))) + 2))
+
+
+def ecmp_window(seed: int, k: int) -> tuple[int, int, int]:
+    """(shift, bits, xor) of the UDP-source-port bits a switch hashes for a k-way group."""
+    bits = ecmp_bits(k)
+    seed = int(seed)
+    return seed % (16 - bits + 1), bits, (seed >> 16) & ((1 << bits) - 1)
+
+
+def ecmp_member(seed, sport, k):
+    """ECMP choice: bucket = ((sport >> shift) ^ xor) & (2^bits - 1), member = bucket % k.
+
+    RoCEv2 puts a flow's entropy in the UDP source port (the rest of its 5-tuple is fixed per
+    QP pair), so hashing those bits with a per-switch window and XOR is a 5-tuple hash that an
+    OpenFlow switch executes exactly as masked udp_src matches: model and emulation agree
+    packet for packet. Non-UDP packets (probes) take member 0. Vectorised over arrays.
+    """
+    seed = np.asarray(seed, dtype=U64)
+    k = np.asarray(k, dtype=np.int64)
+    sport = np.asarray(sport, dtype=np.int64)
+    bits = np.minimum(12, np.maximum(4, np.ceil(np.log2(np.maximum(k, 1))).astype(np.int64) + 2))
+    shift = (seed % (16 - bits + 1).astype(U64)).astype(np.int64)
+    xor = ((seed >> U64(16)).astype(np.int64)) & ((1 << bits) - 1)
+    bucket = ((sport >> shift) ^ xor) & ((1 << bits) - 1)
+    return np.where(sport >= 0, bucket % np.maximum(k, 1), 0)
 
 
 @dataclass(frozen=True)
@@ -68,7 +90,7 @@ class Tables:
     """Dense forwarding state: next_group[switch row, address] -> group of output ports.
 
     Group ids below len(fabric.ports) are singletons (group id == port id); higher ids are
-    multi-port ECMP groups, chosen per flow by flow_hash with the switch's seed.
+    multi-port ECMP groups, chosen per flow by ecmp_member with the switch's seed.
     """
 
     def __init__(self, fabric: Fabric, next_group: np.ndarray, multi_groups: list[tuple[int, ...]]):
@@ -130,6 +152,48 @@ class Tables:
             out.append({"dst_ip": "10.0.0.0", "prefix_len": 8,
                         "out_ports": [port_num[p] for p in self.group_members(default_group)]})
         return out
+
+
+PRIORITY_HOST, PRIORITY_DEFAULT, PRIORITY_UDP_BUCKET = 1000, 500, 100  # bucket: added to base
+
+
+def flow_entries(tables: "Tables", switch: str) -> list[dict]:
+    """The switch's table as OpenFlow-ready entries (what the controller installs).
+
+    Single-port entries match ipv4_dst; an ECMP entry becomes one entry per hash bucket,
+    matching ipv4_dst plus masked udp_src bits, and a non-UDP fallback to member 0.
+    """
+    node = tables.fabric.node_by_name[switch]
+    seed = int(tables.seeds[tables.switch_rows[node.id]])
+    out = []
+    for e in tables.entries(switch):
+        base = PRIORITY_HOST if e["prefix_len"] == 32 else PRIORITY_DEFAULT
+        mask = ids.int_to_ip((0xFFFFFFFF << (32 - e["prefix_len"])) & 0xFFFFFFFF)
+        ports = e["out_ports"]
+        match = {"ipv4_dst": e["dst_ip"], "ipv4_mask": mask}
+        out.append({"priority": base, **match, "udp_src": None, "out_port": ports[0]})
+        if len(ports) > 1:
+            shift, bits, xor = ecmp_window(seed, len(ports))
+            for b in range(1 << bits):
+                out.append({"priority": base + PRIORITY_UDP_BUCKET, **match,
+                            "udp_src": [(b ^ xor) << shift, ((1 << bits) - 1) << shift],
+                            "out_port": ports[b % len(ports)]})
+    return out
+
+
+def match_flow_entries(entries: list[dict], dst_ip: str, sport: int | None) -> dict | None:
+    """Highest-priority entry matching a packet, as a switch would pick it (for tests/tools)."""
+    dst = ids.ip_to_int(dst_ip)
+    best = None
+    for e in entries:
+        m = ids.ip_to_int(e["ipv4_mask"])
+        if dst & m != ids.ip_to_int(e["ipv4_dst"]) & m:
+            continue
+        if e["udp_src"] is not None and (sport is None or sport & e["udp_src"][1] != e["udp_src"][0]):
+            continue
+        if best is None or e["priority"] > best["priority"]:
+            best = e
+    return best
 
 
 def forwarding_tables(fabric: Fabric) -> Tables:
@@ -302,16 +366,15 @@ class Walk:
     dlinks: np.ndarray  # (F, H+1) directed link ids, -1 padded (first: the source NIC link)
 
 
-def walk(fab: Fabric, src_ports, dst_addrs, sport, dport=ROCE_UDP_PORT, max_hops: int = 8) -> Walk:
-    """Follow the forwarding tables for many flows at once."""
+def walk(fab: Fabric, src_ports, dst_addrs, sport, max_hops: int = 8) -> Walk:
+    """Follow the forwarding tables for many flows at once. sport: UDP source port per flow,
+    or -1 for a non-UDP packet (takes ECMP member 0)."""
     t = forwarding_tables(fab)
     peer = port_peer(fab)
     src_ports = np.atleast_1d(np.asarray(src_ports, dtype=np.int64))
     dst_addrs = np.atleast_1d(np.asarray(dst_addrs, dtype=np.int64))
     F = src_ports.size
     sport = np.broadcast_to(np.asarray(sport, dtype=np.int64), (F,))
-    src_ip = _ip_ints(fab)[src_ports]
-    dst_ip = _ip_ints(fab)[dst_addrs]
     out = np.full((F, max_hops), -1, dtype=np.int64)
     dl = np.full((F, max_hops + 1), -1, dtype=np.int64)
     n_hops = np.zeros(F, dtype=np.int64)
@@ -335,8 +398,7 @@ def walk(fab: Fabric, src_ports, dst_addrs, sport, dport=ROCE_UDP_PORT, max_hops
         member = np.zeros(idx.size, dtype=np.int64)
         multi = size > 1
         if multi.any():
-            hsh = flow_hash(t.seeds[rows[multi]], src_ip[idx[multi]], dst_ip[idx[multi]], sport[idx[multi]], dport)
-            member[multi] = (hsh % size[multi].astype(U64)).astype(np.int64)
+            member[multi] = ecmp_member(t.seeds[rows[multi]], sport[idx[multi]], size[multi])
         op = t.group_ports[grp, member]
         out[idx, h] = op
         lk = fab.port_link[op]
@@ -351,13 +413,6 @@ def walk(fab: Fabric, src_ports, dst_addrs, sport, dport=ROCE_UDP_PORT, max_hops
         cur[idx] = fab.port_node[nxt]
     n_hops[active] = -2
     return Walk(out, n_hops, dl)
-
-
-def _ip_ints(fab: Fabric) -> np.ndarray:
-    if "ip_ints" not in fab._cache:
-        gp = fab.n_gpus * fab.ports_per_gpu
-        fab._cache["ip_ints"] = np.array([ids.ip_to_int(fab.ports[p].ip) for p in range(gp)], dtype=np.int64)
-    return fab._cache["ip_ints"]
 
 
 def route(fab: Fabric, src: str, dst: str, sport: int = 49152) -> Route:
