@@ -154,6 +154,53 @@ def cmd_clean(args) -> int:
     return clean_main(dry_run=args.dry_run)
 
 
+def cmd_up(args) -> int:
+    from .emulation.up import cmd_up as up
+
+    return up(args)
+
+
+def cmd_controller(args) -> int:
+    from controllers.launch import main as launch
+
+    return launch(args.rest)
+
+
+def cmd_wiring_check(args) -> int:
+    from .emulation import wiring
+    from .emulation.network import write_json
+
+    rep = wiring.check_run(args.run_dir)
+    write_json(f"{args.run_dir}/wiring.json", rep)
+    if args.json:
+        _json_out(rep)
+    else:
+        print(wiring.format_report(rep))
+    return 0 if rep["ok"] else 1
+
+
+def cmd_verify_paths(args) -> int:
+    from .emulation.probes import LiveRun, prove_path
+
+    live = LiveRun(args.run_dir)
+    bad = 0
+    results = []
+    for item in args.pairs:
+        src, _, dst = item.partition(":")
+        if not dst:
+            raise SpecError(f"pair {item!r} is not SRC_PORT:DST (e.g. g0-p0:g5)")
+        proof = prove_path(live, src, dst, sport=args.sport, count=args.count)
+        bad += not proof.ok
+        results.append(proof.__dict__ | {"ok": proof.ok})
+        if not args.json:
+            fmt = lambda hops: " -> ".join(f"{s}[out {p}]" for s, p in hops) or "(nothing counted)"  # noqa: E731
+            print(f"{'ok  ' if proof.ok else 'FAIL'} {src} -> {proof.dst} sport {args.sport}: "
+                  f"model {fmt(proof.model)}; counters {fmt(proof.observed)}")
+    if args.json:
+        _json_out(results)
+    return 1 if bad else 0
+
+
 def build_parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(
         prog="zlab", formatter_class=argparse.RawDescriptionHelpFormatter,
@@ -216,6 +263,41 @@ def build_parser() -> argparse.ArgumentParser:
                     help="ZCube port-split policy (default: the fabric spec's split)")
     lo.add_argument("--json", action="store_true")
     lo.set_defaults(func=cmd_load)
+    up = sub.add_parser("up", help="bring a fabric up in Mininet with the zlab controller (root)",
+                        formatter_class=argparse.RawDescriptionHelpFormatter, epilog=EPILOG_SPECS)
+    up.add_argument("spec", help="fabric spec, e.g. zcube:n=4")
+    up.add_argument("--rate-scale", type=float, default=1e-4,
+                    help="emulated rate = model rate x this (default 1e-4: 200 Gb/s -> 20 Mb/s); "
+                         "links above 1000 Mb/s are refused")
+    up.add_argument("--mtu", type=int, default=1500, help="MTU of every link, bytes (default 1500)")
+    up.add_argument("--queue-pkts", type=int, default=1000, help="switch egress queue limit, packets (default 1000)")
+    up.add_argument("--datapath", choices=("auto", "netdev", "system"), default="auto",
+                    help="OVS datapath (default: what provision.sh detected)")
+    up.add_argument("--miswire", nargs="?", const="auto", metavar="PORT1,PORT2",
+                    help="swap two fabric cables on purpose (default: the first two that share no switch)")
+    up.add_argument("--wiring-check", action="store_true", help="print the cabling check once the fabric is up")
+    up.add_argument("--no-cli", action="store_true", help="no Mininet CLI: stay up until Ctrl-C/SIGTERM")
+    up.add_argument("--duration", type=float, default=0, help="with --no-cli: tear down after this many seconds")
+    up.add_argument("--results", default="results", help="where the run folder goes (default ./results)")
+    up.set_defaults(func=cmd_up)
+
+    ct = sub.add_parser("controller", help="run the zlab OpenFlow app on os-ken for a run folder",
+                        add_help=False)
+    ct.add_argument("rest", nargs=argparse.REMAINDER)
+    ct.set_defaults(func=cmd_controller)
+
+    wc = sub.add_parser("wiring-check", help="compare LLDP-discovered cabling of a live run with its blueprint")
+    wc.add_argument("run_dir", help="run folder of a running fabric (zlab up prints it)")
+    wc.add_argument("--json", action="store_true")
+    wc.set_defaults(func=cmd_wiring_check)
+
+    vp = sub.add_parser("verify-paths", help="prove from switch counters which path probes took, vs the model")
+    vp.add_argument("run_dir", help="run folder of a running fabric")
+    vp.add_argument("pairs", nargs="+", metavar="SRC_PORT:DST", help="e.g. g0-p0:g5 (DST: GPU or GPU port)")
+    vp.add_argument("--sport", type=int, default=49152, help="UDP source port of the probes (ECMP entropy)")
+    vp.add_argument("--count", type=int, default=20, help="probes per pair (default 20)")
+    vp.add_argument("--json", action="store_true")
+    vp.set_defaults(func=cmd_verify_paths)
     return p
 
 

@@ -49,8 +49,9 @@ class FabricBuilder:
         if key in self._switch_ports:
             raise RuntimeError(f"port {number} of {self.nodes[node].name} created twice")
         pid = len(self.ports)
-        self.ports.append(Port(id=pid, node=node, number=number,
-                               name=ids.ifname(self.nodes[node].name, number), role=role, rate_bps=rate_bps))
+        sw = self.nodes[node]
+        self.ports.append(Port(id=pid, node=node, number=number, name=ids.ifname(sw.name, number), role=role,
+                               rate_bps=rate_bps, mac=ids.switch_port_mac(sw.dpid, number)))
         self._switch_ports[key] = pid
         return pid
 

@@ -68,3 +68,12 @@ def ip_to_int(ip: str) -> int:
 
 def int_to_ip(value: int) -> str:
     return str(ipaddress.IPv4Address(int(value)))
+
+
+def switch_port_mac(dpid_value: int, port_number: int) -> str:
+    """06:<group>:<segment/pod>:<index>:<port>: locally administered, distinct from GPU MACs."""
+    group = (dpid_value >> 40) & 0xFF
+    seg = (dpid_value >> 20) & 0xFF
+    index = dpid_value & 0xFFF
+    b = [0x06, group, seg, (index >> 4) & 0xFF, ((index & 0xF) << 4) | ((port_number >> 8) & 0xF), port_number & 0xFF]
+    return ":".join(f"{x:02x}" for x in b)

@@ -1,0 +1,43 @@
+"""Launcher for the zlab app on os-ken 4.x (which dropped osken-manager).
+
+    zlab controller RUN_DIR [--port 6653]     (or: python -m controllers.launch RUN_DIR)
+Under Ryu the same app loads with: ZLAB_RUN_DIR=RUN_DIR ryu-manager controllers/zlab_routes.py
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import sys
+
+
+def main(argv=None) -> int:
+    ap = argparse.ArgumentParser(prog="zlab controller", description=__doc__,
+                                 formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("run_dir", help="run folder with fabric.json and flows.json")
+    ap.add_argument("--port", type=int, default=6653, help="OpenFlow TCP port on 127.0.0.1 (default 6653)")
+    ap.add_argument("--stats-interval", type=float, default=1.0, help="counter polling period, s (default 1.0)")
+    args = ap.parse_args(argv)
+    flows = os.path.join(args.run_dir, "flows.json")
+    if not os.path.exists(flows):
+        print(f"zlab controller: error: {flows} not found (write it with zlab up, or testbed.emulation.runfolder)",
+              file=sys.stderr)
+        return 2
+    os.environ["ZLAB_RUN_DIR"] = os.path.abspath(args.run_dir)
+    os.environ["ZLAB_STATS_INTERVAL_S"] = str(args.stats_interval)
+
+    from os_ken.lib import hub
+
+    hub.patch(thread=False)
+    from os_ken import cfg, log
+    from os_ken.base.app_manager import AppManager
+    import os_ken.controller.controller  # noqa: F401  registers the ofp-* options
+
+    cfg.CONF(args=[f"--ofp-tcp-listen-port={args.port}", "--ofp-listen-host=127.0.0.1"], project="os_ken")
+    log.init_log()
+    AppManager.run_apps(["os_ken.controller.ofp_handler", "controllers.zlab_routes"])
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

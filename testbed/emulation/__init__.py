@@ -1,0 +1,1 @@
+"""Live emulation of a fabric model: Mininet + OVS + the zlab OpenFlow app (needs root)."""

@@ -1,0 +1,69 @@
+"""Emulation settings and the tc commands they imply — pure, so they are tested offline.
+
+Why refuse instead of warn: Mininet ignores bw > 1000 Mb/s and drops netem options on a
+kernel without netem while carrying on; a run built that way measures something else.
+"""
+
+from __future__ import annotations
+
+from dataclasses import asdict, dataclass
+
+MAX_LINK_MBPS = 1000.0  # above this Mininet ignores bw, and one OVS userspace thread cannot keep up
+ETH_OVERHEAD_BYTES = 14
+
+
+class EmulationError(ValueError):
+    pass
+
+
+@dataclass(frozen=True)
+class EmulationConfig:
+    rate_scale: float = 1e-4  # emulated rate = model rate x rate_scale (200 Gb/s -> 20 Mb/s)
+    mtu_bytes: int = 1500
+    queue_limit_pkts: int = 1000  # switch egress queue (pfifo) per port
+    host_queue_limit_pkts: int = 1000
+    datapath: str = "auto"  # auto | netdev (userspace) | system (kernel)
+    delay_ms: float = 0.0  # refused on kernels without netem
+    loss_pct: float = 0.0
+
+    def validate(self, fabric, netem_available: bool) -> None:
+        if not self.rate_scale > 0:
+            raise EmulationError(f"rate_scale must be > 0 (got {self.rate_scale})")
+        fastest = max(l.rate_bps for l in fabric.links) * self.rate_scale / 1e6
+        slowest = min(l.rate_bps for l in fabric.links) * self.rate_scale / 1e6
+        if fastest > MAX_LINK_MBPS:
+            raise EmulationError(
+                f"rate_scale {self.rate_scale:g} gives {fastest:g} Mb/s links; the emulator cannot honour more than "
+                f"{MAX_LINK_MBPS:g} Mb/s (Mininet ignores it; one OVS thread forwards ~100 k packets/s). "
+                f"Use rate_scale <= {MAX_LINK_MBPS * 1e6 / max(l.rate_bps for l in fabric.links):g}")
+        if slowest < 0.1:
+            raise EmulationError(f"rate_scale {self.rate_scale:g} gives {slowest:g} Mb/s links; below 0.1 Mb/s htb is inaccurate")
+        if not 576 <= self.mtu_bytes <= 9000:
+            raise EmulationError(f"mtu_bytes must be 576..9000 (got {self.mtu_bytes})")
+        for name in ("queue_limit_pkts", "host_queue_limit_pkts"):
+            if getattr(self, name) < 1:
+                raise EmulationError(f"{name} must be >= 1")
+        if (self.delay_ms or self.loss_pct) and not netem_available:
+            raise EmulationError("delay/loss emulation needs netem, which this kernel lacks; "
+                                 "zlab refuses rather than run without it (see zlab doctor)")
+        if self.datapath not in ("auto", "netdev", "system"):
+            raise EmulationError(f"datapath must be auto, netdev or system (got {self.datapath!r})")
+
+    def to_dict(self) -> dict:
+        return asdict(self)
+
+
+def scaled_rate_bps(rate_bps: int, cfg: EmulationConfig) -> int:
+    return int(round(rate_bps * cfg.rate_scale))
+
+
+def tc_commands(dev: str, rate_bps: int, mtu_bytes: int, limit_pkts: int) -> list[str]:
+    """htb root shaping to the link rate, with a pfifo leaf that holds (and counts) the queue."""
+    frame = mtu_bytes + ETH_OVERHEAD_BYTES
+    burst = max(2 * frame, rate_bps // 8 // 1000)  # >= 2 frames, ~1 ms at the rate
+    return [
+        f"qdisc replace dev {dev} root handle 1: htb default 1",
+        f"class replace dev {dev} parent 1: classid 1:1 htb rate {rate_bps}bit ceil {rate_bps}bit "
+        f"burst {burst} cburst {burst} quantum {frame}",
+        f"qdisc replace dev {dev} parent 1:1 handle 10: pfifo limit {limit_pkts}",
+    ]

@@ -1,0 +1,278 @@
+"""Instantiate a resolved fabric model in Mininet: one host per GPU, one OVS bridge per switch.
+
+The builder only instantiates: names, dpids, MACs, IPs and port numbers all come from the
+model. Hosts get /32 addresses, explicit routes (ZCube: cons traffic to rail addresses and
+vice versa) and permanent ARP entries, so nothing floods. Every link is shaped by our own
+htb + pfifo (never Mininet's TCLink, which silently drops what it cannot do), and every
+resource is recorded in the run registry before it exists.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import time
+from dataclasses import dataclass, field
+
+from ..fabric.model import Fabric
+from ..lab import procs
+from ..lab.registry import Registry
+from ..lab.sh import CommandError, run
+from ..lab.state import datapath as recorded_datapath
+from .config import EmulationConfig, EmulationError, scaled_rate_bps, tc_commands
+
+
+def _mininet():
+    """Import Mininet lazily: the fabric model and offline tests must not need it."""
+    from mininet.link import Link
+    from mininet.log import setLogLevel
+    from mininet.net import Mininet
+    from mininet.node import Host, OVSSwitch, RemoteController
+
+    setLogLevel(os.environ.get("ZLAB_MININET_LOG", "warning"))
+
+    class ZlabSwitch(OVSSwitch):
+        """OVSSwitch whose bridge carries external_ids:zlab-run=<run id> from its first
+        transaction, so `zlab clean` can prove a bridge is this run's before deleting it."""
+
+        def __init__(self, name, run_id="", **params):
+            self.run_id = run_id
+            super().__init__(name, **params)
+
+        def bridgeOpts(self):
+            return super().bridgeOpts() + f" external_ids:zlab-run={self.run_id}"
+
+    return Mininet, Host, ZlabSwitch, RemoteController, Link
+
+
+@dataclass
+class Emulation:
+    fabric: Fabric
+    cfg: EmulationConfig
+    run_id: str
+    registry: Registry
+    net: object = None
+    datapath: str = ""
+    miswired: list = field(default_factory=list)
+    timings_s: dict = field(default_factory=dict)
+
+    def host(self, gpu: int):
+        return self.net.get(self.fabric.gpus[gpu].name)
+
+
+def resolve_datapath(cfg: EmulationConfig) -> str:
+    dp = recorded_datapath() if cfg.datapath == "auto" else cfg.datapath
+    if dp is None:
+        raise EmulationError("no OVS datapath recorded: run bash scripts/provision.sh first")
+    return dp
+
+
+def netem_available() -> bool:
+    return os.path.exists("/sys/module/sch_netem") or _probe_netem()
+
+
+def _probe_netem() -> bool:
+    a, b = f"znm{os.getpid() % 100000}a", f"znm{os.getpid() % 100000}b"
+    try:
+        run(["ip", "link", "add", a, "type", "veth", "peer", "name", b])
+    except CommandError:
+        return False
+    try:
+        return run(["tc", "qdisc", "add", "dev", a, "root", "netem", "delay", "1ms"], check=False) == "" and \
+            "netem" in run(["tc", "qdisc", "show", "dev", a])
+    finally:
+        run(["ip", "link", "del", a], check=False)
+
+
+def switch_side_links(fab: Fabric, miswire: list[tuple[int, int]] | None = None) -> list[tuple[int, int]]:
+    """(port a, port b) per cable as it will be plugged, after an optional deliberate swap of
+    the far (b) ends of two fabric links — so the cabling check has something to find."""
+    pairs = [(l.a, l.b) for l in fab.links]
+    for i, j in miswire or []:
+        (a1, b1), (a2, b2) = pairs[i], pairs[j]
+        pairs[i], pairs[j] = (a1, b2), (a2, b1)
+    return pairs
+
+
+def pick_miswire(fab: Fabric, spec: str | None) -> list[tuple[int, int]]:
+    """`--miswire` with no value: the first two fabric links that share no switch;
+    with 'PORT1,PORT2' (switch interface names): the fabric links on those ports."""
+    fabric_links = [l for l in fab.links if l.kind == "fabric"]
+    if spec in (None, "", "auto"):
+        first = fabric_links[0]
+        nodes1 = {fab.ports[first.a].node, fab.ports[first.b].node}
+        for other in fabric_links[1:]:
+            if not nodes1 & {fab.ports[other.a].node, fab.ports[other.b].node}:
+                return [(first.id, other.id)]
+        raise EmulationError("no two fabric links without a shared switch to swap")
+    names = [s.strip() for s in spec.split(",")]
+    if len(names) != 2:
+        raise EmulationError(f"--miswire takes two switch ports, e.g. za0-p5,za1-p5 (got {spec!r})")
+    found = []
+    for name in names:
+        link = next((l for l in fabric_links if name in (fab.ports[l.a].name, fab.ports[l.b].name)), None)
+        if link is None:
+            raise EmulationError(f"--miswire: {name!r} is not a switch port on a fabric link")
+        found.append(link.id)
+    if found[0] == found[1]:
+        raise EmulationError("--miswire: both ports are on the same cable")
+    return [tuple(found)]
+
+
+def precheck_names(fab: Fabric) -> None:
+    """Refuse to build over existing bridges or interfaces: Mininet would silently delete them."""
+    try:
+        existing = set(run(["ovs-vsctl", "--timeout=10", "list-br"]).split())
+    except CommandError as exc:
+        raise EmulationError(f"OVS is not reachable ({exc}); run: bash scripts/provision.sh --services") from None
+    clash = sorted(existing & {sw.name for sw in fab.switches})
+    links = sorted(p.name for p in fab.ports if fab.nodes[p.node].role == "switch"
+                   and os.path.exists(f"/sys/class/net/{p.name}"))
+    if clash or links:
+        raise EmulationError(
+            f"names already in use: bridges {clash[:5]} interfaces {links[:5]}; if a killed zlab run left them, "
+            "run 'zlab clean'; zlab never deletes what it did not create")
+
+
+def build(fab: Fabric, cfg: EmulationConfig, run_id: str, registry: Registry, controller_port: int,
+          miswire: list[tuple[int, int]] | None = None) -> Emulation:
+    cfg.validate(fab, netem_available=netem_available() if (cfg.delay_ms or cfg.loss_pct) else True)
+    dp = resolve_datapath(cfg)
+    precheck_names(fab)
+    Mininet, Host, ZlabSwitch, RemoteController, Link = _mininet()
+    em = Emulation(fab, cfg, run_id, registry, datapath=dp, miswired=list(miswire or []))
+    for sw in fab.switches:
+        registry.bridge(sw.name)
+    for p in fab.ports:
+        if fab.nodes[p.node].role == "switch" and fab.port_link[p.id] >= 0:
+            registry.link(p.name)
+    t0 = time.perf_counter()
+    net = Mininet(topo=None, build=False, controller=None, link=Link, host=Host, autoSetMacs=False,
+                  autoStaticArp=False, inNamespace=False, waitConnected=False)
+    em.net = net
+    net.addController(RemoteController("c0", ip="127.0.0.1", port=controller_port))
+    for g in fab.gpus:
+        net.addHost(g.name, ip=None, inNamespace=True)
+    for sw in fab.switches:
+        net.addSwitch(sw.name, cls=ZlabSwitch, run_id=run_id, dpid=f"{sw.dpid:016x}",
+                      datapath="user" if dp == "netdev" else "kernel", protocols="OpenFlow13",
+                      failMode="secure")
+    for a, b in switch_side_links(fab, miswire):
+        pa, pb = fab.ports[a], fab.ports[b]
+        na, nb = fab.nodes[pa.node], fab.nodes[pb.node]
+        net.addLink(net.get(na.name), net.get(nb.name),
+                    port1=pa.number,
+                    port2=pb.number, intfName1=pa.name, intfName2=pb.name,
+                    addr1=pa.mac, addr2=pb.mac)
+    net.build()
+    for node in list(net.hosts) + list(net.switches):
+        registry.process(node.pid, f"mininet shell {node.name}")
+    for p in fab.ports:
+        if fab.nodes[p.node].role == "switch" and fab.port_link[p.id] >= 0:
+            registry.link(p.name, int(open(f"/sys/class/net/{p.name}/ifindex").read()))
+    em.timings_s["mininet_build"] = time.perf_counter() - t0
+    t1 = time.perf_counter()
+    _configure_switch_ports(em)
+    _configure_hosts(em)
+    em.timings_s["configure"] = time.perf_counter() - t1
+    t2 = time.perf_counter()
+    net.start()
+    _apply_switch_tc(em)  # after start: OVS may reset qdiscs when it adds ports
+    em.timings_s["start"] = time.perf_counter() - t2
+    return em
+
+
+def _switch_ports(fab: Fabric):
+    return [p for p in fab.ports if fab.nodes[p.node].role == "switch" and fab.port_link[p.id] >= 0]
+
+
+def _configure_switch_ports(em: Emulation) -> None:
+    fab, cfg = em.fabric, em.cfg
+    lines = []
+    for p in _switch_ports(fab):
+        lines.append(f"link set dev {p.name} mtu {cfg.mtu_bytes} up")
+    run(["ip", "-batch", "-"], input="\n".join(lines) + "\n")
+    for p in _switch_ports(fab):
+        run(["ethtool", "-K", p.name, "tx", "off"])  # userspace OVS: no checksum offload
+    _apply_switch_tc(em)
+
+
+def _apply_switch_tc(em: Emulation) -> None:
+    fab, cfg = em.fabric, em.cfg
+    lines = []
+    for p in _switch_ports(fab):
+        lines += tc_commands(p.name, scaled_rate_bps(p.rate_bps, cfg), cfg.mtu_bytes, cfg.queue_limit_pkts)
+    run(["tc", "-batch", "-"], input="\n".join(lines) + "\n", timeout=120)
+
+
+def host_script(fab: Fabric, gpu: int, cfg: EmulationConfig) -> str:
+    """Shell commands that configure one GPU host (pure: tested offline)."""
+    import numpy as np
+
+    from ..fabric.routing import dst_address
+
+    ports = [fab.gpu_port(gpu, k) for k in range(fab.ports_per_gpu)]
+    cmds = ["sysctl -qw net.ipv6.conf.all.disable_ipv6=1 net.ipv6.conf.default.disable_ipv6=1",
+            "sysctl -qw net.ipv4.conf.all.rp_filter=0 net.ipv4.conf.default.rp_filter=0"]
+    batch = []
+    for p in ports:
+        cmds.append(f"sysctl -qw net.ipv4.conf.{p.name.replace('.', '/')}.rp_filter=0")
+        cmds.append(f"ethtool -K {p.name} tx off >/dev/null")
+        batch.append(f"link set dev {p.name} mtu {cfg.mtu_bytes} up")
+        batch.append(f"addr add {p.ip}/32 dev {p.name}")
+    others = np.array([g for g in range(fab.n_gpus) if g != gpu])
+    for p in ports:
+        # per source port: the destination addresses that leave through it (the address rule;
+        # with the shortcut policy in the spec, same-switch peers' same-plane addresses)
+        for a in dst_address(fab, np.full(others.size, gpu), p.role, others).tolist():
+            q = fab.ports[a]
+            batch.append(f"route add {q.ip}/32 dev {p.name} src {p.ip}")
+            batch.append(f"neigh replace {q.ip} lladdr {q.mac} dev {p.name} nud permanent")
+    script = "\n".join(cmds) + "\nip -batch - <<'ZLAB_EOF'\n" + "\n".join(batch) + "\nZLAB_EOF\n"
+    tc = []
+    for p in ports:
+        tc += tc_commands(p.name, scaled_rate_bps(p.rate_bps, cfg), cfg.mtu_bytes, cfg.host_queue_limit_pkts)
+    script += "tc -batch - <<'ZLAB_EOF'\n" + "\n".join(tc) + "\nZLAB_EOF\n"
+    return script
+
+
+def _configure_hosts(em: Emulation) -> None:
+    for h in em.net.hosts:
+        gpu = em.fabric.node_by_name[h.name].id
+        h.sendCmd("(\nset -e\n" + host_script(em.fabric, gpu, em.cfg) + ") 2>&1; echo __ZLAB_RC=$?")
+    failures = []
+    for h in em.net.hosts:
+        out = h.waitOutput()
+        rc = out.rsplit("__ZLAB_RC=", 1)[-1].strip() if "__ZLAB_RC=" in out else "?"
+        if rc != "0":
+            failures.append(f"{h.name}: rc={rc}: {out[-400:]}")
+    if failures:
+        raise CommandError("host configuration failed: " + "; ".join(failures[:3]))
+
+
+def stop(em: Emulation) -> float:
+    """Tear down the Mininet network; returns seconds taken."""
+    t = time.perf_counter()
+    if em.net is not None:
+        em.net.stop()
+        em.net = None
+    return time.perf_counter() - t
+
+
+def write_json(path, obj) -> None:
+    tmp = f"{path}.tmp"
+    with open(tmp, "w", encoding="utf-8") as fh:
+        json.dump(obj, fh, indent=2, sort_keys=True)
+        fh.write("\n")
+    os.replace(tmp, path)
+
+
+def alive_processes(registry_path) -> list[int]:
+    """PIDs still alive from a registry file (for tests and `zlab clean`)."""
+    out = []
+    with open(registry_path, encoding="utf-8") as fh:
+        for line in fh:
+            rec = json.loads(line)
+            if rec.get("type") == "process" and procs.alive(rec["pid"], rec.get("started")):
+                out.append(rec["pid"])
+    return out

@@ -1,0 +1,221 @@
+"""Bring a fabric up (run folder, controller, Mininet, tables, reachability) and always tear it
+down: `with LiveFabric(...)` for code and tests, `zlab up` for people."""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import socket
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+from ..fabric import build_fabric
+from ..fabric.model import Fabric
+from ..fabric.validate import validate
+from ..lab import procs
+from ..lab.registry import Registry
+from ..lab.sh import run
+from . import network, probes, runfolder, wiring
+from .config import EmulationConfig, EmulationError
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+class _Terminated(Exception):
+    pass
+
+
+def _raise_terminated(signum, frame):
+    raise _Terminated(f"signal {signum}")
+
+
+class LiveFabric:
+    """Context manager: everything it creates is registered, and removed on exit."""
+
+    def __init__(self, fabric: Fabric | str, cfg: EmulationConfig = EmulationConfig(), results_dir: str = "results",
+                 run_id: str | None = None, miswire: str | None = None, check_reachability: bool = True,
+                 log=print, table_timeout_s: float = 120.0):
+        self.fabric = build_fabric(fabric) if isinstance(fabric, str) else fabric
+        self.cfg = cfg
+        self.results_dir = results_dir
+        self.run_id = run_id or runfolder.new_run_id("up")
+        self.miswire_spec = miswire
+        self.check_reachability = check_reachability
+        self.log = log
+        self.table_timeout_s = table_timeout_s
+        self.timings_s: dict[str, float] = {}
+        self.em = None
+        self.controller = None
+        self.registry = None
+        self.dir: Path | None = None
+        self.reach: dict | None = None
+        self._old_sigterm = None
+
+    # ---- lifecycle --------------------------------------------------------------------
+    def __enter__(self) -> "LiveFabric":
+        self._old_sigterm = signal.signal(signal.SIGTERM, _raise_terminated)
+        try:
+            self._start()
+        except BaseException:
+            self.close(status="failed")
+            raise
+        return self
+
+    def __exit__(self, exc_type, exc, tb) -> None:
+        status = "ok" if exc_type is None else ("interrupted" if exc_type in (KeyboardInterrupt, _Terminated)
+                                                else "failed")
+        self.close(status=status)
+        if exc_type is _Terminated:
+            return True  # a SIGTERM is a normal way to stop: suppress after teardown
+        return None
+
+    def _start(self) -> None:
+        fab = self.fabric
+        rep = validate(fab)
+        if not rep.ok:
+            raise EmulationError(f"the fabric model does not validate: {rep.checks}")
+        miswire = network.pick_miswire(fab, self.miswire_spec) if self.miswire_spec is not None else []
+        t0 = time.perf_counter()
+        self.dir = runfolder.create(self.results_dir, self.run_id, fab,
+                                    {"emulation": self.cfg.to_dict(), "miswire": self.miswire_spec})
+        self.registry = Registry(self.run_id)
+        port = free_port()
+        self.log(f"[zlab] run {self.run_id}: {fab.spec}")
+        self.log(f"[zlab]   {fab.n_gpus} GPUs, {len(fab.switches)} switches, {len(fab.links)} links; rate_scale "
+                 f"{self.cfg.rate_scale:g} ({fab.ports[0].rate_bps * self.cfg.rate_scale / 1e6:g} Mb/s per GPU port), "
+                 f"MTU {self.cfg.mtu_bytes}, egress queue {self.cfg.queue_limit_pkts} packets")
+        (self.dir / "controller").mkdir(exist_ok=True)
+        logf = open(self.dir / "controller" / "controller.log", "w")
+        self.controller = subprocess.Popen(
+            [sys.executable, "-m", "controllers.launch", str(self.dir), "--port", str(port)],
+            stdout=logf, stderr=subprocess.STDOUT, start_new_session=True)
+        self.registry.process(self.controller.pid, "controller")
+        self._wait_listening(port)
+        self.log(f"[zlab]   controller pid {self.controller.pid} on 127.0.0.1:{port}")
+        self.em = network.build(fab, self.cfg, self.run_id, self.registry, port, miswire)
+        if miswire:
+            l1, l2 = (fab.links[i] for i in miswire[0])
+            self.log(f"[zlab]   MISWIRED on purpose: far ends of {fab.ports[l1.a].name} and {fab.ports[l2.a].name} swapped")
+        hosts = {h.name: {"pid": h.pid, "started": procs.start_time(h.pid)} for h in self.em.net.hosts}
+        network.write_json(self.dir / "hosts.json", hosts)
+        self.timings_s.update(self.em.timings_s)
+        self.timings_s["build_total"] = time.perf_counter() - t0
+        self.log(f"[zlab]   built in {self.timings_s['build_total']:.1f} s (datapath {self.em.datapath})")
+        t1 = time.perf_counter()
+        self.wait_tables()
+        self.timings_s["tables_installed"] = time.perf_counter() - t1
+        self.log(f"[zlab]   all {len(fab.switches)} tables installed in {self.timings_s['tables_installed']:.1f} s")
+        if self.check_reachability:
+            t2 = time.perf_counter()
+            self.reach = probes.reachability(probes.LiveRun(self.dir))
+            self.timings_s["reachability"] = time.perf_counter() - t2
+            r = self.reach
+            self.log(f"[zlab]   reachability: {r['reachable']}/{r['pairs']} GPU port pairs in "
+                     f"{self.timings_s['reachability']:.1f} s")
+            if r["failed"] and not miswire:
+                raise EmulationError(f"{len(r['failed'])} GPU port pairs unreachable, e.g. {r['failed'][:5]}")
+        runfolder.update(self.dir, status="running", timings_s=self.timings_s, reachability=self.reach,
+                         datapath=self.em.datapath)
+
+    def _wait_listening(self, port: int, timeout_s: float = 30.0) -> None:
+        deadline = time.monotonic() + timeout_s
+        while time.monotonic() < deadline:
+            if self.controller.poll() is not None:
+                log = (self.dir / "controller" / "controller.log").read_text()[-2000:]
+                raise EmulationError(f"controller exited with {self.controller.returncode}:\n{log}")
+            with socket.socket() as s:
+                if s.connect_ex(("127.0.0.1", port)) == 0:
+                    return
+            time.sleep(0.1)
+        raise EmulationError(f"controller did not listen on port {port} within {timeout_s} s")
+
+    def expected_flow_counts(self) -> dict[str, int]:
+        flows = json.loads((self.dir / "flows.json").read_text())
+        return {name: len(v["entries"]) + 2 for name, v in flows["switches"].items()}
+
+    def installed_counts(self) -> dict[str, int]:
+        out = {}
+        for name in self.expected_flow_counts():
+            text = run(["ovs-ofctl", "-O", "OpenFlow13", "dump-aggregate", name])
+            out[name] = int(text.split("flow_count=")[1].split()[0])
+        return out
+
+    def wait_tables(self) -> None:
+        want = self.expected_flow_counts()
+        deadline = time.monotonic() + self.table_timeout_s
+        while True:
+            have = self.installed_counts()
+            if have == want:
+                return
+            if self.controller.poll() is not None:
+                raise EmulationError(f"controller died (exit {self.controller.returncode}); see "
+                                     f"{self.dir}/controller/controller.log")
+            if time.monotonic() > deadline:
+                short = {k: f"{have.get(k)}/{v}" for k, v in want.items() if have.get(k) != v}
+                raise EmulationError(f"tables not installed after {self.table_timeout_s} s: {short}")
+            time.sleep(0.2)
+
+    def wiring_report(self, settle_s: float = 3.0, timeout_s: float = 30.0) -> dict:
+        """Wait until LLDP discovery stops changing, then compare with the blueprint."""
+        deadline = time.monotonic() + timeout_s
+        expected = len(wiring.blueprint(self.fabric))
+        last, since = None, time.monotonic()
+        while time.monotonic() < deadline:
+            rep = wiring.check_run(self.dir)
+            key = (rep["discovered_links"], tuple(rep["missing"]), tuple(rep["extra"]))
+            if key != last:
+                last, since = key, time.monotonic()
+            elif time.monotonic() - since >= settle_s and rep["discovered_links"] >= expected:
+                break
+            time.sleep(0.5)
+        network.write_json(self.dir / "wiring.json", rep)
+        return rep
+
+    def close(self, status: str = "ok") -> None:
+        t = time.perf_counter()
+        try:
+            if self.em is not None:
+                network.stop(self.em)
+                self.em = None
+        finally:
+            if self.controller is not None and self.controller.poll() is None:
+                procs.terminate(self.controller.pid, None)
+                self.controller.wait(timeout=10)
+            self.timings_s["teardown"] = time.perf_counter() - t
+            if self.dir is not None and (self.dir / "run.json").exists():
+                runfolder.update(self.dir, status=status, timings_s=self.timings_s)
+            if self.registry is not None:
+                self.registry.close(remove=True)
+                self.registry = None
+            if self._old_sigterm is not None:
+                signal.signal(signal.SIGTERM, self._old_sigterm)
+                self._old_sigterm = None
+
+
+def cmd_up(args) -> int:
+    cfg = EmulationConfig(rate_scale=args.rate_scale, mtu_bytes=args.mtu, queue_limit_pkts=args.queue_pkts,
+                          datapath=args.datapath)
+    with LiveFabric(args.spec, cfg, results_dir=args.results, miswire=args.miswire) as live:
+        if args.wiring_check or args.miswire is not None:
+            print(wiring.format_report(live.wiring_report()))
+        print(f"[zlab] up: {live.dir}  (Ctrl-C or SIGTERM tears everything down)")
+        sys.stdout.flush()
+        if args.no_cli:
+            deadline = time.monotonic() + args.duration if args.duration else None
+            while deadline is None or time.monotonic() < deadline:
+                time.sleep(0.5)
+        else:
+            from mininet.cli import CLI
+
+            print("[zlab] Mininet CLI: try 'g0 ping -c1 10.2.0.6', 'g0 ip route', 'sh ovs-ofctl -O OpenFlow13 "
+                  "dump-flows za0'; 'exit' tears down")
+            CLI(live.em.net)
+    print("[zlab] torn down")
+    return 0

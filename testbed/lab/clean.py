@@ -1,0 +1,98 @@
+"""`zlab clean`: remove what killed runs left behind — only what the registry says they made.
+
+Never a global sweep: bridges are deleted only when they carry the run's own
+external_ids:zlab-run tag, interfaces only when their ifindex is the recorded one, processes
+only when (pid, start time) still match.
+"""
+
+from __future__ import annotations
+
+import json
+
+from . import procs
+from .registry import RunRecord, load_runs
+from .sh import CommandError, run
+
+
+def _tagged_bridges(run_id: str) -> set[str]:
+    try:
+        out = run(["ovs-vsctl", "--timeout=10", "--format=json", "--columns=name", "find", "bridge",
+                   f"external_ids:zlab-run={run_id}"])
+    except CommandError as exc:
+        raise CommandError(f"cannot list OVS bridges ({exc}); is OVS running? bash scripts/provision.sh --services")
+    return {row[0] for row in json.loads(out)["data"]}
+
+
+def _ifindex(name: str) -> int | None:
+    try:
+        return int(open(f"/sys/class/net/{name}/ifindex").read())
+    except (OSError, ValueError):
+        return None
+
+
+def clean_run(rec: RunRecord, dry_run: bool = False) -> list[str]:
+    """Remove one dead run's resources; return a line per thing removed."""
+    done = []
+    # processes first, so nothing recreates what is removed next
+    for r in rec.resources:
+        if r["type"] == "process" and procs.alive(r["pid"], r.get("started")):
+            if not dry_run:
+                procs.terminate(r["pid"], r.get("started"))
+            done.append(f"process {r['pid']} ({r.get('role', '?')})")
+    names = {r["name"] for r in rec.resources if r["type"] == "ovs-bridge"}
+    ours = names & _tagged_bridges(rec.run_id) if names else set()
+    if ours:
+        if not dry_run:
+            cmd = ["ovs-vsctl", "--timeout=30"]
+            for b in sorted(ours):
+                cmd += ["--", "--if-exists", "del-br", b]
+            run(cmd)
+        done += [f"ovs bridge {b}" for b in sorted(ours)]
+    pinned: dict[str, int | None] = {}
+    for r in rec.resources:
+        if r["type"] == "link":
+            pinned[r["name"]] = r.get("ifindex") or pinned.get(r["name"])
+    for name, ifindex in sorted(pinned.items()):
+        now = _ifindex(name)
+        if now is None or (ifindex is not None and now != ifindex):
+            continue
+        if not dry_run:
+            run(["ip", "link", "del", name], check=False)
+        done.append(f"link {name}")
+    for r in rec.resources:
+        if r["type"] == "netns":
+            try:
+                present = r["name"] in run(["ip", "netns", "list"]).split()
+            except CommandError:
+                present = False
+            if present:
+                if not dry_run:
+                    run(["ip", "netns", "del", r["name"]])
+                done.append(f"netns {r['name']}")
+    if not dry_run:
+        rec.path.unlink(missing_ok=True)
+    return done
+
+
+def main(dry_run: bool = False) -> int:
+    runs = load_runs()
+    if not runs:
+        print("zlab clean: no zlab runs recorded; nothing to remove")
+        return 0
+    code = 0
+    for rec in runs:
+        if rec.owner_alive:
+            print(f"run {rec.run_id}: still running (pid {rec.owner_pid}); stop it first (Ctrl-C or kill {rec.owner_pid})")
+            code = 1
+            continue
+        try:
+            removed = clean_run(rec, dry_run=dry_run)
+        except CommandError as exc:
+            print(f"run {rec.run_id}: FAILED: {exc}")
+            code = 1
+            continue
+        verb = "would remove" if dry_run else "removed"
+        print(f"run {rec.run_id}: {verb} {len(removed)} item(s)" + (":" if removed else ""))
+        for line in removed:
+            print(f"  {line}")
+    return code

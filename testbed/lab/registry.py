@@ -1,0 +1,84 @@
+"""Run registry: every resource a run creates is recorded before or as it is created.
+
+One append-only JSON-lines file per run under <state>/runs/<run_id>.jsonl, flushed and
+fsynced per record, so a run killed at any instant leaves a complete list for `zlab clean`.
+A run that tears down cleanly removes its file.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import time
+from dataclasses import dataclass
+from pathlib import Path
+
+from . import procs
+from .state import runs_dir
+
+
+@dataclass
+class RunRecord:
+    run_id: str
+    path: Path
+    owner_pid: int
+    owner_started: int | None
+    resources: list[dict]
+
+    @property
+    def owner_alive(self) -> bool:
+        return procs.alive(self.owner_pid, self.owner_started)
+
+
+class Registry:
+    def __init__(self, run_id: str):
+        self.run_id = run_id
+        runs_dir().mkdir(parents=True, exist_ok=True)
+        self.path = runs_dir() / f"{run_id}.jsonl"
+        self._fh = open(self.path, "a", encoding="utf-8")
+        me = os.getpid()
+        self._write({"type": "owner", "pid": me, "started": procs.start_time(me), "t_ns": time.time_ns()})
+
+    def _write(self, rec: dict) -> None:
+        self._fh.write(json.dumps(rec, sort_keys=True) + "\n")
+        self._fh.flush()
+        os.fsync(self._fh.fileno())
+
+    def bridge(self, name: str) -> None:
+        self._write({"type": "ovs-bridge", "name": name})
+
+    def link(self, name: str, ifindex: int | None = None) -> None:
+        """A root-namespace interface (veth end); ifindex pins it once it exists."""
+        self._write({"type": "link", "name": name, "ifindex": ifindex})
+
+    def netns(self, name: str) -> None:
+        self._write({"type": "netns", "name": name})
+
+    def process(self, pid: int, role: str) -> None:
+        self._write({"type": "process", "pid": pid, "started": procs.start_time(pid), "role": role})
+
+    def close(self, remove: bool = True) -> None:
+        self._fh.close()
+        if remove:
+            self.path.unlink(missing_ok=True)
+
+
+def load_runs() -> list[RunRecord]:
+    out = []
+    d = runs_dir()
+    if not d.is_dir():
+        return out
+    for path in sorted(d.glob("*.jsonl")):
+        recs = []
+        with open(path, encoding="utf-8") as fh:
+            for line in fh:
+                line = line.strip()
+                if line:
+                    try:
+                        recs.append(json.loads(line))
+                    except ValueError:
+                        break  # a torn last line from a kill mid-write
+        owner = next((r for r in recs if r.get("type") == "owner"), {"pid": -1, "started": None})
+        out.append(RunRecord(path.stem, path, owner["pid"], owner.get("started"),
+                             [r for r in recs if r.get("type") != "owner"]))
+    return out
