@@ -148,7 +148,7 @@ def prove_path(live: LiveRun, src_port: str, dst: str, sport: int = 49152, count
     fab = live.fabric
     model = route(fab, src_port, dst, sport=sport)
     switches = [sw.name for sw in fab.switches]
-    before = {sw: dump_flows(sw) for sw in switches}
+    before = settled_flows(switches)  # earlier traffic may still be reaching the counters
     send_udp(live, src_port, model.dst_ip, sport, count)
     after = settled_flows(switches)
     observed = []

@@ -1,0 +1,77 @@
+"""Fabric lifecycle on real Mininet: a deliberate miswire, SIGKILL then clean, refusals, SIGTERM.
+(Separate module: these build fabrics with the same names as the shared fixtures.)"""
+
+import signal
+import subprocess
+import sys
+import time
+
+from testbed.emulation.config import EmulationConfig
+from testbed.emulation.up import LiveFabric
+
+from .conftest import REPO, bridges, links, sh, zlab
+
+ZCUBE = "zcube:n=4,gpus_per_server=4"
+ROFT = "roft:gpus=16,gpus_per_server=4,segments=2"
+
+
+def test_cabling_check_finds_a_swapped_cable(tmp_path):
+    with LiveFabric(ZCUBE, EmulationConfig(), results_dir=str(tmp_path), miswire="za0-p5,za1-p6",
+                    log=lambda *_: None) as f:
+        rep = f.wiring_report()
+    assert not rep["ok"]
+    assert rep["swapped"] == [{"expected": ["za0-p5 <-> zb0-p5", "za1-p6 <-> zb1-p6"],
+                               "found": ["za0-p5 <-> zb1-p6", "za1-p6 <-> zb0-p5"]}]
+    assert (f.dir / "wiring.json").exists()
+
+
+def test_sigkill_then_clean_leaves_nothing_and_spares_foreign_objects(tmp_path):
+    sh("ovs-vsctl --may-exist add-br zforeign0 -- set bridge zforeign0 datapath_type=netdev")
+    sh("ip link add zfor0a type veth peer name zfor0b")
+    try:
+        before_br, before_links = bridges(), links()
+        p = subprocess.Popen([sys.executable, "-m", "testbed.cli", "up", ZCUBE, "--no-cli", "--results", str(tmp_path)],
+                             cwd=REPO, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+        deadline = time.monotonic() + 120
+        for line in p.stdout:
+            if "[zlab] up:" in line or time.monotonic() > deadline:
+                break
+        assert "za0" in bridges()
+        p.send_signal(signal.SIGKILL)
+        p.wait(timeout=10)
+        time.sleep(0.5)
+        assert "za0" in bridges()  # the kill left the fabric behind...
+        out = zlab("clean", check=True).stdout
+        assert "ovs bridge za0" in out and "process" in out
+        assert bridges() == before_br  # ...clean removed exactly it
+        assert links() == before_links
+        assert {"zforeign0"} <= bridges() and {"zfor0a", "zfor0b"} <= links()
+        assert zlab("clean").stdout.startswith("zlab clean: no zlab runs recorded")
+        assert subprocess.run(["pgrep", "-f", f"controllers.launch {tmp_path}"]).returncode == 1
+    finally:
+        sh("ovs-vsctl --if-exists del-br zforeign0")
+        sh("ip link del zfor0a", check=False)
+
+
+def test_building_over_a_foreign_bridge_is_refused(tmp_path):
+    sh("ovs-vsctl --may-exist add-br za0 -- set bridge za0 datapath_type=netdev")
+    try:
+        proc = zlab("up", ZCUBE, "--no-cli", "--duration", "1", "--results", str(tmp_path))
+        assert proc.returncode == 2
+        assert "names already in use: bridges ['za0']" in proc.stderr
+        assert "za0" in bridges()  # untouched
+    finally:
+        sh("ovs-vsctl --if-exists del-br za0")
+
+
+def test_sigterm_tears_down(tmp_path):
+    p = subprocess.Popen([sys.executable, "-m", "testbed.cli", "up", ROFT, "--no-cli", "--results", str(tmp_path)],
+                         cwd=REPO, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+    for line in p.stdout:
+        if "[zlab] up:" in line:
+            break
+    assert "sp0" in bridges()
+    p.send_signal(signal.SIGTERM)
+    rest = p.communicate(timeout=60)[0]
+    assert p.returncode == 0 and "torn down" in rest
+    assert not {"sp0", "sp1", "l0r0"} & bridges()

@@ -1,0 +1,82 @@
+"""Emulation settings, host configuration and the cabling check — offline, no root."""
+
+import pytest
+
+from testbed.emulation.config import EmulationConfig, EmulationError, tc_commands
+from testbed.emulation.network import host_script, pick_miswire, switch_side_links
+from testbed.emulation.wiring import blueprint, compare, discovered
+from testbed.fabric import build_fabric
+
+Z4 = build_fabric("zcube:n=4")
+
+
+def test_rates_above_what_the_emulator_honours_are_refused():
+    with pytest.raises(EmulationError, match="cannot honour more than 1000 Mb/s"):
+        EmulationConfig(rate_scale=1e-2).validate(Z4, netem_available=True)  # 2 Gb/s links
+    EmulationConfig(rate_scale=5e-3).validate(Z4, netem_available=True)  # 1000 Mb/s: ok
+
+
+def test_netem_options_refused_without_netem():
+    with pytest.raises(EmulationError, match="needs netem"):
+        EmulationConfig(delay_ms=1.0).validate(Z4, netem_available=False)
+    EmulationConfig(delay_ms=1.0).validate(Z4, netem_available=True)
+
+
+@pytest.mark.parametrize("kw, message", [({"mtu_bytes": 100}, "mtu_bytes"), ({"queue_limit_pkts": 0}, "queue_limit"),
+                                         ({"rate_scale": 0}, "rate_scale must be > 0"),
+                                         ({"rate_scale": 1e-10}, "below 0.1 Mb/s")])
+def test_bad_settings(kw, message):
+    with pytest.raises(EmulationError, match=message):
+        EmulationConfig(**kw).validate(Z4, netem_available=True)
+
+
+def test_tc_commands_shape_and_bound_the_queue():
+    cmds = tc_commands("za0-p1", 20_000_000, 1500, 321)
+    assert cmds[0] == "qdisc replace dev za0-p1 root handle 1: htb default 1"
+    assert "rate 20000000bit ceil 20000000bit" in cmds[1] and "quantum 1514" in cmds[1]
+    assert cmds[2].endswith("pfifo limit 321")
+
+
+def test_zcube_host_routes_follow_the_address_rule():
+    script = host_script(Z4, 0, EmulationConfig())
+    # cons (g0-p0) reaches every other GPU's rail address; rail reaches cons addresses
+    assert "route add 10.2.0.6/32 dev g0-p0 src 10.1.0.1" in script
+    assert "route add 10.1.0.6/32 dev g0-p1 src 10.2.0.1" in script
+    assert "route add 10.1.0.6/32 dev g0-p0" not in script
+    assert "neigh replace 10.2.0.6 lladdr 02:5a:02:00:00:06 dev g0-p0 nud permanent" in script
+    assert "addr add 10.1.0.1/32 dev g0-p0" in script
+    shortcut = host_script(build_fabric("zcube:n=4,shortcut=1"), 0, EmulationConfig())
+    assert "route add 10.1.0.2/32 dev g0-p0" in shortcut  # same A: cons -> cons
+
+
+def test_miswire_swaps_far_ends():
+    first, second = pick_miswire(Z4, None)[0]
+    pairs = switch_side_links(Z4, [(first, second)])
+    l1, l2 = Z4.links[first], Z4.links[second]
+    assert pairs[first] == (l1.a, l2.b) and pairs[second] == (l2.a, l1.b)
+    assert pick_miswire(Z4, "za0-p5,za1-p5") == [(32, 36)]
+    with pytest.raises(EmulationError, match="not a switch port on a fabric link"):
+        pick_miswire(Z4, "za0-p1,za1-p5")
+
+
+def test_wiring_compare_names_both_ends_of_a_swap():
+    bp = blueprint(Z4)
+    seen = set(bp)
+    a, b = frozenset({"za0-p5", "zb0-p5"}), frozenset({"za1-p6", "zb1-p6"})
+    assert {a, b} <= bp
+    seen -= {a, b}
+    seen |= {frozenset({"za0-p5", "zb1-p6"}), frozenset({"za1-p6", "zb0-p5"})}
+    rep = compare(bp, seen)
+    assert not rep["ok"] and rep["missing"] == [] and rep["extra"] == []
+    assert rep["swapped"] == [{"expected": ["za0-p5 <-> zb0-p5", "za1-p6 <-> zb1-p6"],
+                               "found": ["za0-p5 <-> zb1-p6", "za1-p6 <-> zb0-p5"]}]
+    rep = compare(bp, bp - {a})
+    assert rep["missing"] == ["za0-p5 <-> zb0-p5"] and not rep["ok"]
+    assert compare(bp, set(bp))["ok"]
+
+
+def test_discovered_from_lldp_records():
+    recs = [{"src": "za0", "src_port": 5, "dst": "zb0", "dst_port": 5},
+            {"src": "zb0", "src_port": 5, "dst": "za0", "dst_port": 5},
+            {"src": None, "src_port": 1, "dst": "za0", "dst_port": 2}]
+    assert discovered(recs) == {frozenset({"za0-p5", "zb0-p5"})}
