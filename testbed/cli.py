@@ -201,6 +201,40 @@ def cmd_verify_paths(args) -> int:
     return 1 if bad else 0
 
 
+def cmd_send(args) -> int:
+    from testbed.emulation.probes import LiveRun
+    from traffic.live import send_message
+
+    live = LiveRun(args.run_dir)
+    recs, counters = send_message(live, args.src, args.dst, args.size, split=args.split, path_mtu=args.path_mtu,
+                                  sport=args.sport, timeout_s=args.timeout)
+    if args.json:
+        _json_out({"records": recs, "counters": counters})
+        return 0 if all(r["integrity_ok"] for r in recs) else 1
+    for r in recs:
+        dt = (r["t_complete_ns"] - r["t_first_tx_ns"]) / 1e9
+        print(f"{r['src']} -> {r['dst']} qp {r['qp']} sport {r['sport']}: {r['size_bytes']} bytes in {r['packets']} "
+              f"packets, {dt * 1e3:.1f} ms, goodput {r['size_bytes'] * 8 / dt / 1e6:.2f} Mb/s, "
+              f"retransmits {r['qp_retransmits']}, data {'intact' if r['integrity_ok'] else 'CORRUPT'}")
+        print("  " + json.dumps({k: v for k, v in r.items() if k.startswith("t_")}, sort_keys=True))
+    return 0 if all(r["integrity_ok"] for r in recs) else 1
+
+
+def cmd_capture(args) -> int:
+    from testbed.emulation.probes import LiveRun
+    from traffic.capture import start
+
+    if not args.count and not args.duration:
+        raise SpecError("give --count N or --duration S so the capture ends")
+    p = start(LiveRun(args.run_dir), args.iface, args.output, args.count, args.duration)
+    _, err = p.communicate()
+    if p.returncode not in (0, 124):
+        print(f"zlab: error: tcpdump failed: {err.strip()}", file=sys.stderr)
+        return 2
+    print(f"wrote {args.output} ({err.strip().splitlines()[-1] if err.strip() else 'done'})")
+    return 0
+
+
 def build_parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(
         prog="zlab", formatter_class=argparse.RawDescriptionHelpFormatter,
@@ -298,6 +332,27 @@ def build_parser() -> argparse.ArgumentParser:
     vp.add_argument("--count", type=int, default=20, help="probes per pair (default 20)")
     vp.add_argument("--json", action="store_true")
     vp.set_defaults(func=cmd_verify_paths)
+
+    se = sub.add_parser("send", help="push one RDMA-WRITE message between GPUs of a live fabric; print its record")
+    se.add_argument("run_dir", help="run folder of a running fabric")
+    se.add_argument("src", help="source GPU (g0: split by the port-split policy) or GPU port (g0-p1)")
+    se.add_argument("dst", help="destination GPU (the address rule picks its port)")
+    se.add_argument("--size", type=int, default=1_000_000, help="message size, bytes (default 1,000,000)")
+    se.add_argument("--split", choices=("half", "cons", "rail"), help="ZCube port split (default: the fabric's)")
+    se.add_argument("--path-mtu", type=int, choices=(256, 512, 1024, 2048, 4096),
+                    help="RoCE path MTU (default: the largest the link MTU carries)")
+    se.add_argument("--sport", type=int, help="UDP source port (ECMP entropy); default random per QP")
+    se.add_argument("--timeout", type=float, default=120.0, help="give up after this many seconds")
+    se.add_argument("--json", action="store_true")
+    se.set_defaults(func=cmd_send)
+
+    cp = sub.add_parser("capture", help="save a pcap of a live fabric port (GPU port or switch port)")
+    cp.add_argument("run_dir", help="run folder of a running fabric")
+    cp.add_argument("iface", help="port name, e.g. g0-p0 (in its host) or za0-p6 (a fabric link)")
+    cp.add_argument("-o", "--output", required=True, help="pcap file to write")
+    cp.add_argument("--count", type=int, help="stop after N packets")
+    cp.add_argument("--duration", type=float, help="stop after S seconds")
+    cp.set_defaults(func=cmd_capture)
     return p
 
 

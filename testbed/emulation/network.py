@@ -213,7 +213,12 @@ def host_script(fab: Fabric, gpu: int, cfg: EmulationConfig) -> str:
 
     ports = [fab.gpu_port(gpu, k) for k in range(fab.ports_per_gpu)]
     cmds = ["sysctl -qw net.ipv6.conf.all.disable_ipv6=1 net.ipv6.conf.default.disable_ipv6=1",
-            "sysctl -qw net.ipv4.conf.all.rp_filter=0 net.ipv4.conf.default.rp_filter=0"]
+            "sysctl -qw net.ipv4.conf.all.rp_filter=0 net.ipv4.conf.default.rp_filter=0",
+            # RoCE frames are read from packet sockets by the agent; the kernel's UDP stack must
+            # not answer them with ICMP port-unreachable (packet sockets see frames before this)
+            "nft add table inet zlab",
+            "nft add chain inet zlab input '{ type filter hook input priority 0; }'",
+            "nft add rule inet zlab input udp dport 4791 drop"]
     batch = []
     for p in ports:
         cmds.append(f"sysctl -qw net.ipv4.conf.{p.name.replace('.', '/')}.rp_filter=0")

@@ -1,0 +1,312 @@
+"""The traffic agent: one process owning every GPU port's packet socket, running all QPs.
+
+Why one process for all hosts: the agents share 2 cores with ovs-vswitchd; one event loop
+avoids a process per host and their context switches (README, "Transport", has the
+measurement). Every completed message becomes one append-only JSON line (flushed), with
+nanosecond CLOCK_MONOTONIC timestamps that every process on the machine shares.
+"""
+
+from __future__ import annotations
+
+import heapq
+import itertools
+import json
+import os
+import select
+import time
+import zlib
+from collections import deque
+from dataclasses import dataclass, field
+
+from . import roce
+from .cc import Timely
+from .port import Pacer, open_packet_socket
+from .rc import Message, QPCounters, Received, Requester, Responder
+
+MAX_RX_PER_WAKE = 512
+TIMER_TICK_NS = 1_000_000
+
+
+@dataclass
+class PortSpec:
+    name: str  # interface name (the model's GPU port name, e.g. g0-p1)
+    gpu: str
+    mac: str
+    ip: str
+    rate_bps: float  # the emulated (scaled) line rate
+    netns_pid: int | None = None
+
+
+@dataclass
+class PortStats:
+    tx_frames: int = 0
+    rx_frames: int = 0
+    tx_blocked: int = 0
+    malformed: dict = field(default_factory=dict)  # reason -> count
+
+
+class NicPort:
+    def __init__(self, spec: PortSpec, now_ns: int, pace_fraction: float):
+        self.spec = spec
+        self.sock = open_packet_socket(spec.name, spec.netns_pid)
+        # burst: 2 ms of line rate (epoll sleeps in whole ms) and at least two jumbo frames
+        self.pacer = Pacer(spec.rate_bps * pace_fraction, now_ns=now_ns,
+                           burst_bytes=max(2 * 9018, int(spec.rate_bps * pace_fraction * 2e-3 / 8)))
+        self.ctrl: deque[bytes] = deque()  # ACK/NAK frames, sent before data
+        self.requesters: list["Connection"] = []
+        self.rr = 0
+        self.by_req_qpn: dict[int, "Connection"] = {}
+        self.by_resp_qpn: dict[int, "Connection"] = {}
+        self.held: bytes | None = None  # a frame the kernel refused (qdisc full), retried first
+        self.stats = PortStats()
+
+    def endpoint(self) -> roce.Endpoint:
+        return roce.Endpoint(self.spec.mac, self.spec.ip)
+
+
+class Connection:
+    """One RC QP pair: requester on the source port, responder on the destination port."""
+
+    def __init__(self, cid: int, src: NicPort, dst: NicPort, req_qpn: int, resp_qpn: int, sport: int,
+                 path_mtu: int, cc: Timely | None, rc_opts: dict):
+        self.cid, self.src, self.dst, self.sport = cid, src, dst, sport
+        self.req_qpn, self.resp_qpn = req_qpn, resp_qpn
+        fwd = roce.FrameBuilder(src.endpoint(), dst.endpoint(), sport, resp_qpn)
+        back = roce.FrameBuilder(dst.endpoint(), src.endpoint(), sport, req_qpn)
+        self.req = Requester(fwd, path_mtu=path_mtu, **rc_opts)
+        self.resp = Responder(back, ack_coalesce=rc_opts.get("ackreq_every", 16))
+        self.received: deque[Received] = deque()
+        self.cc = cc
+        self.qp_pacer = Pacer(cc.rate_bps, 2 * 9018, 0) if cc else None
+        self.posted = 0
+        self.completed = 0
+
+
+class JsonLines:
+    def __init__(self, path):
+        self._fh = open(path, "a", encoding="utf-8") if path else None
+
+    def write(self, rec: dict) -> None:
+        if self._fh:
+            self._fh.write(json.dumps(rec, sort_keys=True) + "\n")
+            self._fh.flush()
+
+    def close(self) -> None:
+        if self._fh:
+            self._fh.close()
+
+
+def message_data(msg_id: int, size: int) -> bytes:
+    """Deterministic, non-repeating-looking content so integrity checks catch misplaced bytes."""
+    seed = zlib.crc32(msg_id.to_bytes(8, "little")).to_bytes(4, "little")
+    block = (seed * 1024)[:4096]
+    block = bytes((b + i) & 0xFF for i, b in enumerate(block))
+    reps = -(-size // len(block)) if size else 0
+    data = (block * reps)[:size]
+    return data
+
+
+class Agent:
+    def __init__(self, records_path=None, pace_fraction: float = 1.0, rc_opts: dict | None = None):
+        self.ports: dict[str, NicPort] = {}
+        self.conns: list[Connection] = []
+        self.records = JsonLines(records_path)
+        self.pace_fraction = pace_fraction
+        self.rc_opts = rc_opts or {}
+        self._qpn = itertools.count(0x100)
+        self._msg_id = itertools.count(1)
+        self._schedule: list = []  # heap of (t_ns, seq, conn, Message)
+        self._seq = itertools.count()
+        self.epoll = select.epoll()
+        self._fd_port: dict[int, NicPort] = {}
+        self.done: list[dict] = []
+        self.cpu_s = 0.0
+
+    # ---- setup ------------------------------------------------------------------------
+    def add_port(self, spec: PortSpec) -> NicPort:
+        if spec.name in self.ports:
+            return self.ports[spec.name]
+        port = NicPort(spec, time.monotonic_ns(), self.pace_fraction)
+        self.ports[spec.name] = port
+        self.epoll.register(port.sock.fileno(), select.EPOLLIN)
+        self._fd_port[port.sock.fileno()] = port
+        return port
+
+    def connect(self, src: str, dst: str, sport: int, path_mtu: int = 4096, cc: Timely | None = None) -> Connection:
+        s, d = self.ports[src], self.ports[dst]
+        conn = Connection(len(self.conns), s, d, next(self._qpn), next(self._qpn), sport, path_mtu, cc, self.rc_opts)
+        s.by_req_qpn[conn.req_qpn] = conn
+        d.by_resp_qpn[conn.resp_qpn] = conn
+        s.requesters.append(conn)
+        self.conns.append(conn)
+        return conn
+
+    def post(self, conn: Connection, size_bytes: int, at_ns: int | None = None, meta: dict | None = None,
+             data: bytes | None = None) -> Message:
+        mid = next(self._msg_id)
+        msg = Message(mid, size_bytes, data if data is not None else message_data(mid, size_bytes), meta=meta or {})
+        heapq.heappush(self._schedule, (at_ns if at_ns is not None else 0, next(self._seq), conn, msg))
+        conn.posted += 1
+        return msg
+
+    # ---- the loop -----------------------------------------------------------------------
+    def pending(self) -> int:
+        return sum(c.posted - c.completed for c in self.conns)
+
+    def run(self, deadline_ns: int | None = None, progress=None) -> bool:
+        """Run until every posted message completed (True) or the deadline passed (False)."""
+        cpu0 = time.process_time()
+        next_timer = 0
+        try:
+            while True:
+                now = time.monotonic_ns()
+                while self._schedule and self._schedule[0][0] <= now:
+                    _, _, conn, msg = heapq.heappop(self._schedule)
+                    conn.req.post(msg, now)
+                if now >= next_timer:
+                    for c in self.conns:
+                        if not c.req.idle():
+                            c.req.on_timer(now)
+                    next_timer = now + TIMER_TICK_NS
+                    if progress:
+                        progress(self)
+                wait = self._transmit(now)
+                if not self._schedule and self.pending() == 0:
+                    return True
+                if deadline_ns is not None and now >= deadline_ns:
+                    return False
+                if self._schedule:
+                    wait = min(wait, self._schedule[0][0] - now)
+                timeout = max(0.0, min(wait, TIMER_TICK_NS) / 1e9)
+                for fd, _ in self.epoll.poll(timeout):
+                    self._receive(self._fd_port[fd])
+        finally:
+            self.cpu_s += time.process_time() - cpu0
+
+    def _send(self, port: NicPort, frame: bytes) -> bool:
+        try:
+            port.sock.send(frame)
+        except (BlockingIOError, OSError) as exc:
+            if isinstance(exc, BlockingIOError) or getattr(exc, "errno", None) in (105, 11):  # ENOBUFS, EAGAIN
+                port.held = frame
+                port.stats.tx_blocked += 1
+                return False
+            raise
+        port.pacer.consume(len(frame))
+        port.stats.tx_frames += 1
+        return True
+
+    def _transmit(self, now: int) -> int:
+        """Send what the pacers allow; return ns until the next send could happen."""
+        wait = 1 << 62
+        for port in self.ports.values():
+            p = port.pacer
+            p.refill(now)
+            while p.tokens > 0:
+                if port.held is not None:
+                    frame, port.held = port.held, None
+                    if not self._send(port, frame):
+                        break
+                    continue
+                if port.ctrl:
+                    if not self._send(port, port.ctrl.popleft()):
+                        break
+                    continue
+                frame = self._next_data(port, now)
+                if frame is None:
+                    break
+                if not self._send(port, frame):
+                    break
+            if port.held is not None or port.ctrl or any(c.req.has_data() for c in port.requesters):
+                wait = min(wait, max(p.wait_ns(1), 50_000))
+        return wait
+
+    def _next_data(self, port: NicPort, now: int) -> bytes | None:
+        n = len(port.requesters)
+        for i in range(n):
+            conn = port.requesters[(port.rr + i) % n]
+            if not conn.req.has_data():
+                continue
+            if conn.qp_pacer is not None:
+                conn.qp_pacer.rate_bps = conn.cc.rate_bps
+                conn.qp_pacer.refill(now)
+                if conn.qp_pacer.tokens <= 0:
+                    continue
+            frame = conn.req.next_frame(now)
+            if frame is not None:
+                if conn.qp_pacer is not None:
+                    conn.qp_pacer.consume(len(frame))
+                port.rr = (port.rr + i + 1) % n
+                return frame
+        return None
+
+    def _receive(self, port: NicPort) -> None:
+        now = time.monotonic_ns()
+        for _ in range(MAX_RX_PER_WAKE):
+            try:
+                frame = port.sock.recv(16384)
+            except BlockingIOError:
+                return
+            port.stats.rx_frames += 1
+            try:
+                p = roce.parse(frame)
+            except roce.MalformedPacket as exc:
+                key = str(exc).split(" 0x")[0]
+                port.stats.malformed[key] = port.stats.malformed.get(key, 0) + 1
+                continue
+            if p.opcode == roce.ACKNOWLEDGE:
+                conn = port.by_req_qpn.get(p.dest_qp)
+                if conn is None:
+                    port.stats.malformed["unknown QP"] = port.stats.malformed.get("unknown QP", 0) + 1
+                    continue
+                n_rtt = len(conn.req.rtt_samples_ns)
+                for msg in conn.req.on_ack(p.aeth[0], p.psn, now):
+                    self._complete(conn, msg)
+                if conn.cc is not None:
+                    for rtt in conn.req.rtt_samples_ns[n_rtt:]:
+                        conn.cc.on_rtt(rtt)
+            else:
+                conn = port.by_resp_qpn.get(p.dest_qp)
+                if conn is None:
+                    port.stats.malformed["unknown QP"] = port.stats.malformed.get("unknown QP", 0) + 1
+                    continue
+                reply, got = conn.resp.on_packet(p, now)
+                if reply is not None:
+                    port.ctrl.append(reply)
+                if got is not None:
+                    conn.received.append(got)
+
+    def _complete(self, conn: Connection, msg: Message) -> None:
+        got = conn.received.popleft() if conn.received else None
+        conn.completed += 1
+        rec = {
+            "msg_id": msg.msg_id, "qp": conn.cid, "src": conn.src.spec.name, "dst": conn.dst.spec.name,
+            "src_gpu": conn.src.spec.gpu, "dst_gpu": conn.dst.spec.gpu, "sport": conn.sport,
+            "size_bytes": msg.size_bytes, "packets": msg.n_packets,
+            "t_post_ns": msg.t_post_ns, "t_first_tx_ns": msg.t_first_tx_ns,
+            "t_first_rx_ns": got.t_first_rx_ns if got else None, "t_last_rx_ns": got.t_last_rx_ns if got else None,
+            "t_complete_ns": msg.t_complete_ns,
+            "integrity_ok": bool(got and got.ok and got.crc == msg.data_crc and got.received_bytes == msg.size_bytes),
+            "qp_retransmits": conn.req.c.retransmits, "qp_naks": conn.req.c.naks, "qp_timeouts": conn.req.c.timeouts,
+            "clock": "CLOCK_MONOTONIC", **msg.meta,
+        }
+        self.done.append(rec)
+        self.records.write(rec)
+
+    # ---- results ------------------------------------------------------------------------
+    def counters(self) -> dict:
+        def qp(c: QPCounters) -> dict:
+            return dict(vars(c))
+
+        return {
+            "qps": [{"qp": c.cid, "src": c.src.spec.name, "dst": c.dst.spec.name, "sport": c.sport,
+                     "requester": qp(c.req.c), "responder": qp(c.resp.c)} for c in self.conns],
+            "ports": {n: vars(p.stats) for n, p in self.ports.items()},
+            "agent_cpu_s": self.cpu_s,
+        }
+
+    def close(self) -> None:
+        for p in self.ports.values():
+            p.sock.close()
+        self.epoll.close()
+        self.records.close()
