@@ -1,0 +1,211 @@
+"""Transport unit tests: wire format against scapy, RC state machines driven by hand."""
+
+import pytest
+from scapy.contrib.roce import AETH, BTH
+from scapy.layers.inet import IP, UDP
+from scapy.layers.l2 import Ether
+
+from traffic import roce
+from traffic.cc import Timely
+from traffic.rc import Message, Requester, Responder
+
+A = roce.Endpoint("02:5a:01:00:00:01", "10.1.0.1")
+B = roce.Endpoint("02:5a:02:00:00:06", "10.2.0.6")
+
+
+def builders(sport=50000):
+    return roce.FrameBuilder(A, B, sport, 0x101), roce.FrameBuilder(B, A, sport, 0x100)
+
+
+def pair(mtu=1024, start_psn=0, ackreq_every=4, **kw):
+    f, b = builders()
+    return Requester(f, path_mtu=mtu, start_psn=start_psn, ackreq_every=ackreq_every, **kw), \
+        Responder(b, start_psn=start_psn, ack_coalesce=ackreq_every)
+
+
+def msg(size, mid=1):
+    return Message(mid, size, bytes((i * 7 + mid) & 0xFF for i in range(size)))
+
+
+def drain(req, resp, now=0, drop=lambda i, f: False):
+    """Run requester -> responder -> requester until idle; returns (frames sent, completions)."""
+    sent, done, i = [], [], 0
+    for _ in range(10_000):
+        frame = req.next_frame(now)
+        if frame is None:
+            if req.idle():
+                break
+            now += 10
+            continue
+        sent.append(frame)
+        i += 1
+        if drop(i, frame):
+            continue
+        reply, _ = resp.on_packet(roce.parse(frame), now)
+        if reply is not None:
+            p = roce.parse(reply)
+            done += req.on_ack(p.aeth[0], p.psn, now)
+        now += 1
+    return sent, done
+
+
+def test_frames_match_scapy_icrc_and_fields():
+    f, _ = builders()
+    frame = f.frame(roce.WRITE_FIRST, 123, ackreq=True, payload=b"x" * 100, reth=(0x1000, 0x5A4C, 5000))
+    pkt = Ether(frame)
+    assert pkt[UDP].dport == 4791 and pkt[UDP].sport == 50000 and pkt[IP].flags == "DF"
+    bth = pkt[BTH]
+    assert (bth.opcode, bth.psn, bth.ackreq, bth.dqpn) == (roce.WRITE_FIRST, 123, 1, 0x101)
+    want = bth.icrc
+    pkt[BTH].icrc = None  # let scapy compute its own ICRC
+    assert bytes(pkt)[-4:] == frame[-4:] and want == int.from_bytes(frame[-4:], "big")
+    ack = Ether(f.frame(roce.ACKNOWLEDGE, 7, aeth=(roce.AETH_ACK, 3)))
+    assert ack[BTH].opcode == 0x11 and AETH(bytes(ack[BTH].payload)[:4]).msn == 3
+
+
+def test_parse_round_trip():
+    f, _ = builders()
+    p = roce.parse(f.frame(roce.WRITE_ONLY, 9, True, b"abc", reth=(1, 2, 3)))
+    assert (p.opcode, p.psn, p.ackreq, p.reth, bytes(p.payload), p.src_ip, p.sport) == \
+        (roce.WRITE_ONLY, 9, True, (1, 2, 3), b"abc", "10.1.0.1", 50000)
+
+
+@pytest.mark.parametrize("mangle, reason", [
+    (lambda f: f[:-1] + bytes([f[-1] ^ 1]), "bad ICRC"),  # wrong ICRC
+    (lambda f: f[:60], "truncated"),  # cut inside the packet
+    (lambda f: f[:40], "truncated"),  # cut inside the UDP header
+    (lambda f: f[:12] + b"\x86\xdd" + f[14:], "not IPv4/UDP"),
+    (lambda f: f[:36] + b"\x00\x35" + f[38:], "not RoCEv2"),  # UDP dport 53
+])
+def test_malformed_frames_raise_malformed(mangle, reason):
+    f, _ = builders()
+    frame = f.frame(roce.WRITE_MIDDLE, 1, False, b"y" * 200)
+    with pytest.raises(roce.MalformedPacket, match=reason):
+        roce.parse(mangle(frame))
+
+
+def test_unknown_opcode_is_malformed():
+    f, _ = builders()
+    with pytest.raises(roce.MalformedPacket, match="unsupported opcode"):
+        roce.parse(f.frame(0x04, 1, False, b"z"))  # SEND Only: not implemented
+
+
+@pytest.mark.parametrize("size, ops", [
+    (0, [roce.WRITE_ONLY]), (1024, [roce.WRITE_ONLY]), (1025, [roce.WRITE_FIRST, roce.WRITE_LAST]),
+    (3000, [roce.WRITE_FIRST, roce.WRITE_MIDDLE, roce.WRITE_LAST]),
+])
+def test_segmentation(size, ops):
+    req, resp = pair(mtu=1024)
+    req.post(msg(size), 0)
+    sent, done = drain(req, resp)
+    parsed = [roce.parse(f) for f in sent]
+    assert [p.opcode for p in parsed] == ops
+    assert [len(p.payload) for p in parsed] == ([size] if size <= 1024 else
+                                                [1024] * (len(ops) - 1) + [size - 1024 * (len(ops) - 1)])
+    assert parsed[0].reth[2] == size and all(p.reth is None for p in parsed[1:])
+    assert parsed[-1].ackreq and len(done) == 1 and done[0].t_complete_ns is not None
+
+
+def test_psn_wraps_at_2_24():
+    start = (1 << 24) - 3
+    req, resp = pair(mtu=256, start_psn=start)
+    req.post(msg(256 * 8), 0)
+    sent, done = drain(req, resp)
+    psns = [roce.parse(f).psn for f in sent]
+    assert psns == [(start + i) % (1 << 24) for i in range(8)]
+    assert len(done) == 1 and resp.epsn == 5 and req.c.retransmits == 0
+    assert roce.psn_diff(2, (1 << 24) - 2) == 4 and roce.psn_diff((1 << 24) - 2, 2) == -4
+
+
+def test_ack_coalescing():
+    req, resp = pair(mtu=256, ackreq_every=8)
+    req.post(msg(256 * 20), 0)
+    sent, done = drain(req, resp)
+    assert resp.c.acks == 3  # PSN 7, 15, and the last packet (19)
+    assert req.c.acks == 3 and len(done) == 1
+
+
+def test_nak_and_go_back_n():
+    req, resp = pair(mtu=256, ackreq_every=100)
+    req.post(msg(256 * 10), 0)
+    sent, done = drain(req, resp, drop=lambda i, f: i == 4)  # lose PSN 3 once
+    assert resp.c.naks == 1 and req.c.naks == 1
+    psns = [roce.parse(f).psn for f in sent]
+    assert psns[:5] == [0, 1, 2, 3, 4]
+    assert 3 in psns[5:] and req.c.retransmits >= 1
+    assert len(done) == 1 and resp.c.payload_bytes == 256 * 10  # every byte exactly once, in order
+
+
+def test_integrity_of_reassembled_message():
+    import zlib
+    req, resp = pair(mtu=512, ackreq_every=3)
+    m = msg(5000, mid=9)
+    req.post(m, 0)
+    got = []
+    now = 0
+    while not req.idle():
+        f = req.next_frame(now)
+        if f is None:
+            break
+        reply, rcv = resp.on_packet(roce.parse(f), now)
+        if rcv:
+            got.append(rcv)
+        if reply:
+            p = roce.parse(reply)
+            req.on_ack(p.aeth[0], p.psn, now)
+        now += 1
+    assert got[0].ok and got[0].crc == zlib.crc32(m.data) == m.data_crc
+
+
+def test_timeout_retransmits_from_oldest_unacked():
+    req, resp = pair(mtu=256, rto_ns=1000)
+    req.post(msg(256 * 3), 0)
+    frames = [req.next_frame(0) for _ in range(3)]  # all lost
+    assert req.next_frame(0) is None and not req.idle()
+    assert not req.on_timer(999)
+    assert req.on_timer(1000) and req.c.timeouts == 1 and req.rto_ns == 2000  # exponential backoff
+    again = req.next_frame(1000)
+    assert roce.parse(again).psn == 0 and req.c.retransmits == 1
+    assert again == frames[0]  # a go-back-N resend is the same packet
+
+
+def test_duplicates_are_re_acked_and_counted():
+    req, resp = pair(mtu=256, ackreq_every=1)
+    req.post(msg(256 * 2), 0)
+    f0 = req.next_frame(0)
+    resp.on_packet(roce.parse(f0), 0)
+    reply, _ = resp.on_packet(roce.parse(f0), 1)  # the same packet again
+    assert resp.c.duplicates == 1 and roce.parse(reply).psn == 0
+
+
+def test_stale_and_bogus_acks_are_ignored():
+    req, resp = pair(mtu=256)
+    req.post(msg(256 * 4), 0)
+    req.next_frame(0)
+    assert req.on_ack(roce.AETH_ACK, 3, 1) == []  # acknowledges PSNs never sent
+    assert req.una == 0
+
+
+def test_window_limits_packets_in_flight():
+    req, _ = pair(mtu=256, window_pkts=4)
+    req.post(msg(256 * 10), 0)
+    assert sum(req.next_frame(0) is not None for _ in range(10)) == 4
+
+
+def test_timely_backs_off_on_high_rtt_and_recovers():
+    cc = Timely(line_rate_bps=20e6)
+    cc.on_rtt(1_000_000)
+    for _ in range(5):
+        cc.on_rtt(50_000_000)
+    low = cc.rate_bps
+    assert low < 10e6
+    for _ in range(50):
+        cc.on_rtt(1_000_000)
+    assert cc.rate_bps > low and cc.rate_bps <= 20e6
+
+
+def test_path_mtu_choices():
+    from traffic.live import default_path_mtu
+    assert default_path_mtu(1500) == 1024 and default_path_mtu(9000) == 4096
+    with pytest.raises(ValueError):
+        roce.payload_per_packet(1500)
