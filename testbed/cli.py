@@ -235,6 +235,93 @@ def cmd_capture(args) -> int:
     return 0
 
 
+def _print_summary(root, metrics) -> None:
+    for lab, m in metrics.items():
+        kv, tt = m["kv_transfer_real_s"], m["ttft_real_s"]
+        f = m["fidelity"]
+        fmt = lambda x: "—" if x is None else f"{1e3 * x:.2f}"  # noqa: E731
+        print(f"  {lab:<8} KV p50/p99 {fmt(kv['p50'])}/{fmt(kv['p99'])} ms  TTFT p50/p99 {fmt(tt['p50'])}/{fmt(tt['p99'])} ms"
+              f"  max queue {((m['queue_max_bytes'] or 0) / 1024):.1f} KiB  max offered util "
+              f"{m['max_offered_link_util'] or 0:.2f}  {'valid' if f['valid'] else 'INVALID: ' + '; '.join(f['reasons'])}")
+    print(f"[zlab] report: {root}/report.md")
+
+
+def cmd_run(args) -> int:
+    from .experiment import spec as especs
+    from .experiment.runner import run_experiment
+
+    spec = especs.load(args.spec, args.set)
+    if args.dry_run:
+        print(__import__("yaml").safe_dump(spec, sort_keys=False))
+        return 0
+    root, status = run_experiment(spec, results_dir=args.results, show_progress=not args.no_progress)
+    metrics = json.loads((root / "metrics.json").read_text()) if (root / "metrics.json").exists() else {}
+    print(f"[zlab] run {status}: {root}")
+    _print_summary(root, metrics)
+    if status != "complete":
+        return 130
+    return 0 if all(m["fidelity"]["valid"] for m in metrics.values()) else 3
+
+
+def cmd_sweep(args) -> int:
+    from .experiment import spec as especs
+    from .experiment.runner import run_experiment
+
+    key, eq, values = args.param.partition("=")
+    if not eq or not values:
+        raise SpecError(f"--param takes KEY=v1,v2,... (got {args.param!r})")
+    roots = []
+    for v in values.split(","):
+        spec = especs.load(args.spec, (args.set or []) + [f"{key}={v}"])
+        print(f"[zlab] sweep {key}={v}")
+        root, status = run_experiment(spec, results_dir=args.results, show_progress=not args.no_progress)
+        roots.append(root)
+        if status != "complete":
+            print("[zlab] sweep interrupted")
+            break
+    return compare_roots(roots, args.json)
+
+
+def compare_roots(roots, as_json=False) -> int:
+    rows = []
+    for r in roots:
+        from pathlib import Path
+
+        r = Path(r)
+        metrics = json.loads((r / "metrics.json").read_text())
+        spec = __import__("yaml").safe_load((r / "spec.yaml").read_text())
+        for lab, m in metrics.items():
+            rows.append({"run": r.name, "fabric": lab, "mapping": spec["deployment"]["mapping"],
+                         "offered_load": spec["workload"].get("offered_load"),
+                         "kv_p50_ms": m["kv_transfer_real_s"]["p50"], "kv_p99_ms": m["kv_transfer_real_s"]["p99"],
+                         "ttft_p99_ms": m["ttft_real_s"]["p99"], "queue_max_kib": (m["queue_max_bytes"] or 0) / 1024,
+                         "max_offered_util": m["max_offered_link_util"], "valid": m["fidelity"]["valid"]})
+    if as_json:
+        _json_out(rows)
+        return 0
+    print(f"{'run':<32} {'fabric':<8} {'mapping':<13} {'KV p50 ms':>9} {'KV p99 ms':>9} {'TTFT p99 ms':>11} "
+          f"{'max queue KiB':>13} {'max util':>8} valid")
+    for x in rows:
+        f = lambda v, s=1e3: "—" if v is None else f"{v * s:.2f}"  # noqa: E731
+        print(f"{x['run']:<32} {x['fabric']:<8} {x['mapping']:<13} {f(x['kv_p50_ms']):>9} {f(x['kv_p99_ms']):>9} "
+              f"{f(x['ttft_p99_ms']):>11} {x['queue_max_kib']:>13.1f} {f(x['max_offered_util'], 1):>8} {x['valid']}")
+    return 0
+
+
+def cmd_compare(args) -> int:
+    return compare_roots(args.runs, args.json)
+
+
+def cmd_report(args) -> int:
+    from pathlib import Path
+
+    from .measure import report
+
+    metrics = report.build(Path(args.run_dir))
+    _print_summary(args.run_dir, metrics)
+    return 0
+
+
 def build_parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(
         prog="zlab", formatter_class=argparse.RawDescriptionHelpFormatter,
@@ -353,6 +440,33 @@ def build_parser() -> argparse.ArgumentParser:
     cp.add_argument("--count", type=int, help="stop after N packets")
     cp.add_argument("--duration", type=float, help="stop after S seconds")
     cp.set_defaults(func=cmd_capture)
+
+    def experiment_args(x):
+        x.add_argument("--set", action="append", metavar="KEY=VALUE",
+                       help="override a spec field, e.g. deployment.mapping=rank-shifted (repeatable)")
+        x.add_argument("--results", default="results", help="where run folders go (default ./results)")
+        x.add_argument("--no-progress", action="store_true", help="no progress bar")
+
+    ru = sub.add_parser("run", help="run an experiment spec (default: ZCube(4,2) vs 16-GPU two-segment ROFT, "
+                                    "Azure code trace); writes results/<run>/report.md")
+    ru.add_argument("spec", nargs="?", help="YAML experiment spec merged over the built-in default")
+    ru.add_argument("--dry-run", action="store_true", help="print the resolved spec and exit")
+    experiment_args(ru)
+    ru.set_defaults(func=cmd_run)
+    sw = sub.add_parser("sweep", help="run a spec once per value of one field, then compare")
+    sw.add_argument("spec", nargs="?", help="YAML experiment spec (default: the built-in one)")
+    sw.add_argument("--param", required=True, metavar="KEY=v1,v2",
+                    help="e.g. emulation.rate_scale=5e-5,1e-4 (NIC 100G vs 200G)")
+    sw.add_argument("--json", action="store_true")
+    experiment_args(sw)
+    sw.set_defaults(func=cmd_sweep)
+    cm = sub.add_parser("compare", help="key metrics of several runs side by side")
+    cm.add_argument("runs", nargs="+", help="run folders")
+    cm.add_argument("--json", action="store_true")
+    cm.set_defaults(func=cmd_compare)
+    rp = sub.add_parser("report", help="rebuild tables, plots and report.md of a run from its raw records")
+    rp.add_argument("run_dir")
+    rp.set_defaults(func=cmd_report)
     return p
 
 

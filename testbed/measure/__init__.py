@@ -1,0 +1,1 @@
+"""Measurement: collectors -> raw append-only records -> typed tables -> plots."""

@@ -1,0 +1,91 @@
+"""Queue and CPU collector: its own process, sampling every switch egress queue.
+
+Raw, append-only JSON lines: raw/queues.jsonl (a header naming the ports, then one line per
+sample with backlog bytes, queue packets, drops and sent bytes of every port's pfifo leaf)
+and raw/cpu.jsonl (CPU seconds of ovs-vswitchd, the agent and this collector). Late samples
+are counted, not hidden.
+
+    python -m testbed.measure.collector PORTS_JSON OUT_DIR --period-ms 10 --pid ovs=N --pid agent=M
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import signal
+import sys
+import time
+
+from .qdisc_netlink import QdiscReader
+
+LEAF_HANDLE = 0x00100000  # tc handle "10:" (hex major 0x10): the pfifo under htb class 1:1
+
+
+def cpu_seconds(pid: int) -> float | None:
+    try:
+        f = open(f"/proc/{pid}/stat").read().rsplit(")", 1)[1].split()
+    except OSError:
+        return None
+    return (int(f[11]) + int(f[12])) / os.sysconf("SC_CLK_TCK")
+
+
+def main(argv=None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("ports_json", help="JSON list of switch port interface names to sample")
+    ap.add_argument("out_dir")
+    ap.add_argument("--period-ms", type=float, default=10.0)
+    ap.add_argument("--cpu-period-ms", type=float, default=250.0)
+    ap.add_argument("--pid", action="append", default=[], metavar="NAME=PID")
+    args = ap.parse_args(argv)
+    ports = json.loads(open(args.ports_json).read())
+    ifindex = [int(open(f"/sys/class/net/{p}/ifindex").read()) for p in ports]
+    pids = {k: int(v) for k, v in (x.split("=", 1) for x in args.pid)}
+    pids["collector"] = os.getpid()
+    os.makedirs(args.out_dir, exist_ok=True)
+    qf = open(os.path.join(args.out_dir, "queues.jsonl"), "a", encoding="utf-8")
+    cf = open(os.path.join(args.out_dir, "cpu.jsonl"), "a", encoding="utf-8")
+    stop = []
+    signal.signal(signal.SIGTERM, lambda *_: stop.append(1))
+    signal.signal(signal.SIGINT, lambda *_: stop.append(1))
+    reader = QdiscReader()
+    period = int(args.period_ms * 1e6)
+    qf.write(json.dumps({"type": "header", "ports": ports, "ifindex": ifindex, "period_ms": args.period_ms,
+                         "leaf_handle": "10:", "clock": "CLOCK_MONOTONIC"}) + "\n")
+    t_next = time.monotonic_ns()
+    t_cpu = 0
+    late = samples = 0
+    keys = [(i, LEAF_HANDLE) for i in ifindex]
+    while not stop:
+        now = time.monotonic_ns()
+        if now < t_next:
+            time.sleep((t_next - now) / 1e9)
+            now = time.monotonic_ns()
+        if now - t_next > period:
+            late += 1
+        stats = reader.dump(b"pfifo")
+        vals = [stats.get(k) for k in keys]
+        if any(v is None for v in vals):
+            missing = [ports[i] for i, v in enumerate(vals) if v is None]
+            print(f"collector: queues vanished: {missing[:4]}", file=sys.stderr)
+            break
+        qf.write(json.dumps({"t_ns": now, "b": [v[4] for v in vals], "q": [v[3] for v in vals],
+                             "d": [v[5] for v in vals], "x": [v[1] for v in vals]}, separators=(",", ":")) + "\n")
+        samples += 1
+        if now >= t_cpu:
+            cf.write(json.dumps({"t_ns": now, **{f"{k}_cpu_s": cpu_seconds(p) for k, p in pids.items()}}) + "\n")
+            cf.flush()
+            qf.flush()
+            t_cpu = now + int(args.cpu_period_ms * 1e6)
+        t_next += period
+        if now - t_next > 10 * period:  # far behind: resynchronise, the gap is counted
+            t_next = now + period
+    qf.write(json.dumps({"type": "footer", "samples": samples, "late": late}) + "\n")
+    qf.close()
+    cf.write(json.dumps({"t_ns": time.monotonic_ns(), **{f"{k}_cpu_s": cpu_seconds(p) for k, p in pids.items()}}) + "\n")
+    cf.close()
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
