@@ -96,14 +96,17 @@ class JsonLines:
             self._fh.close()
 
 
+_BLOCK = bytes((i * 131 + (i >> 8) * 7) & 0xFF for i in range(4099))  # 4099: prime, so no 4 KB period
+
+
 def message_data(msg_id: int, size: int) -> bytes:
-    """Deterministic, non-repeating-looking content so integrity checks catch misplaced bytes."""
-    seed = zlib.crc32(msg_id.to_bytes(8, "little")).to_bytes(4, "little")
-    block = (seed * 1024)[:4096]
-    block = bytes((b + i) & 0xFF for i, b in enumerate(block))
-    reps = -(-size // len(block)) if size else 0
-    data = (block * reps)[:size]
-    return data
+    """Deterministic content that differs per message and per offset (cheap: one rotation of a
+    fixed block, repeated), so integrity checks catch misplaced or stale bytes."""
+    if size <= 0:
+        return b""
+    k = zlib.crc32(msg_id.to_bytes(8, "little")) % len(_BLOCK)
+    block = _BLOCK[k:] + _BLOCK[:k]
+    return (block * (-(-size // len(block))))[:size]
 
 
 class Agent:
@@ -143,8 +146,10 @@ class Agent:
 
     def post(self, conn: Connection, size_bytes: int, at_ns: int | None = None, meta: dict | None = None,
              data: bytes | None = None) -> Message:
+        """Schedule a message at CLOCK_MONOTONIC time at_ns (None: now). Cheap: the payload is
+        generated only when the message is released, and dropped once it completes."""
         mid = next(self._msg_id)
-        msg = Message(mid, size_bytes, data if data is not None else message_data(mid, size_bytes), meta=meta or {})
+        msg = Message(mid, size_bytes, data, meta=meta or {})  # data None: generated when released
         heapq.heappush(self._schedule, (at_ns if at_ns is not None else 0, next(self._seq), conn, msg))
         conn.posted += 1
         return msg
@@ -162,6 +167,8 @@ class Agent:
                 now = time.monotonic_ns()
                 while self._schedule and self._schedule[0][0] <= now:
                     _, _, conn, msg = heapq.heappop(self._schedule)
+                    if msg.data is None:
+                        msg.data = message_data(msg.msg_id, msg.size_bytes)
                     conn.req.post(msg, now)
                 if now >= next_timer:
                     for c in self.conns:
@@ -279,6 +286,7 @@ class Agent:
     def _complete(self, conn: Connection, msg: Message) -> None:
         got = conn.received.popleft() if conn.received else None
         conn.completed += 1
+        msg.data = b""  # completed: free the payload
         rec = {
             "msg_id": msg.msg_id, "qp": conn.cid, "src": conn.src.spec.name, "dst": conn.dst.spec.name,
             "src_gpu": conn.src.spec.gpu, "dst_gpu": conn.dst.spec.gpu, "sport": conn.sport,

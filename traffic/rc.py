@@ -53,7 +53,7 @@ class QPCounters:
 
 class Requester:
     def __init__(self, builder: roce.FrameBuilder, path_mtu: int = 4096, start_psn: int = 0,
-                 ackreq_every: int = 16, window_pkts: int = 256, rto_ns: int = 200_000_000,
+                 ackreq_every: int = 16, window_pkts: int = 64, rto_ns: int = 200_000_000,
                  rto_max_ns: int = 2_000_000_000):
         self.b = builder
         self.mtu = roce.payload_per_packet(path_mtu)

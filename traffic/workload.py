@@ -158,10 +158,9 @@ def plan(trace: list[TraceRequest], model: ModelShape, times: TimeModel, n_gpus:
         pi = k % len(P) if scheduler == "round-robin" else min(range(len(P)), key=lambda i: p_free[i])
         di = k % len(D) if scheduler == "round-robin" else min(range(len(D)), key=lambda i: d_busy[i])
         if prefix_reuse and r.hash_ids:
-            new = [h for h in r.hash_ids if h not in seen[di]]
+            kv_tokens = sum(min(MOONCAKE_BLOCK_TOKENS, r.input_tokens - i * MOONCAKE_BLOCK_TOKENS)
+                            for i, h in enumerate(r.hash_ids) if h not in seen[di])
             seen[di].update(r.hash_ids)
-            moved_blocks = len(new)
-            kv_tokens = min(r.input_tokens, moved_blocks * MOONCAKE_BLOCK_TOKENS)
         else:
             kv_tokens = r.input_tokens
         start = max(arrival, p_free[pi])

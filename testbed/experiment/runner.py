@@ -86,21 +86,22 @@ def run_fabric(spec: dict, label: str, fabric_spec: str, root: Path, log=print, 
         status = "incomplete"
         try:
             rng = random.Random(spec["seed"])
-            conns = {}
-            t0 = time.monotonic_ns() + 1_000_000_000  # 1 s for everything to settle
-            n_msgs = 0
+            conns, queue = {}, []
             for t in plan.transfers:
                 subs = transfer_ports(live, gname(t.src_gpu), gname(t.dst_gpu), split)
-                sizes = [max(1, int(t.bytes * share)) for _, _, share in subs]
-                for (sp, dp, share), nbytes in zip(subs, sizes):
+                for sp, dp, share in subs:
                     if (sp, dp) not in conns:
                         agent.add_port(port_spec(live, sp))
                         agent.add_port(port_spec(live, dp))
                         conns[(sp, dp)] = agent.connect(sp, dp, rng.randrange(49152, 65536),
                                                         spec["deployment"]["path_mtu"])
-                    agent.post(conns[(sp, dp)], nbytes, at_ns=t0 + int(t.t_post_s * 1e9),
-                               meta={"req": t.req, "shard": t.shard, "real_bytes": int(t.real_bytes * share)})
-                    n_msgs += 1
+                    queue.append((conns[(sp, dp)], max(1, int(t.bytes * share)), t,
+                                  {"req": t.req, "shard": t.shard, "real_bytes": int(t.real_bytes * share)}))
+            # t0 only after all set-up work, so no transfer is released late in a burst
+            t0 = time.monotonic_ns() + 1_000_000_000
+            for conn, nbytes, t, meta in queue:
+                agent.post(conn, nbytes, at_ns=t0 + int(t.t_post_s * 1e9), meta=meta)
+            n_msgs = len(queue)
             write_json(raw / "run_clock.json", {"t0_ns": t0, "messages": n_msgs})
             if bar is not None:
                 bar.reset(total=n_msgs)
