@@ -17,6 +17,7 @@ def main(argv=None) -> int:
     ap.add_argument("run_dir", help="run folder with fabric.json and flows.json")
     ap.add_argument("--port", type=int, default=6653, help="OpenFlow TCP port on 127.0.0.1 (default 6653)")
     ap.add_argument("--stats-interval", type=float, default=1.0, help="counter polling period, s (default 1.0)")
+    ap.add_argument("--lldp-interval", type=float, default=1.0, help="LLDP discovery period, s (default 1.0)")
     args = ap.parse_args(argv)
     flows = os.path.join(args.run_dir, "flows.json")
     if not os.path.exists(flows):
@@ -25,6 +26,7 @@ def main(argv=None) -> int:
         return 2
     os.environ["ZLAB_RUN_DIR"] = os.path.abspath(args.run_dir)
     os.environ["ZLAB_STATS_INTERVAL_S"] = str(args.stats_interval)
+    os.environ["ZLAB_LLDP_INTERVAL_S"] = str(args.lldp_interval)
 
     from os_ken.lib import hub
 

@@ -33,6 +33,8 @@ except ImportError:  # Ryu
 
     BaseApp = app_manager.RyuApp
 
+from testbed.jsonl import JsonLines
+
 ETH_IP, ETH_LLDP, IP_UDP = 0x0800, 0x88CC, 17
 PRIORITY_LLDP = 65000
 LLDP_DST = "01:80:c2:00:00:0e"
@@ -82,17 +84,6 @@ def parse_lldp(data: bytes):
     if not cid.startswith("dpid:") or len(port.port_id) != 4:
         return None
     return int(cid[5:], 16), struct.unpack("!I", port.port_id)[0]
-
-
-class JsonLines:
-    """Append-only, flushed per record: a crash loses nothing already written."""
-
-    def __init__(self, path: str):
-        self._fh = open(path, "a", encoding="utf-8")
-
-    def write(self, rec: dict) -> None:
-        self._fh.write(json.dumps(rec, sort_keys=True) + "\n")
-        self._fh.flush()
 
 
 class ZlabRoutes(BaseApp):

@@ -10,13 +10,13 @@ from __future__ import annotations
 
 import heapq
 import itertools
-import json
-import os
 import select
 import time
 import zlib
 from collections import deque
 from dataclasses import dataclass, field
+
+from testbed.jsonl import JsonLines
 
 from . import roce
 from .cc import Timely
@@ -49,9 +49,10 @@ class NicPort:
     def __init__(self, spec: PortSpec, now_ns: int, pace_fraction: float):
         self.spec = spec
         self.sock = open_packet_socket(spec.name, spec.netns_pid)
-        # burst: 2 ms of line rate (epoll sleeps in whole ms) and at least two jumbo frames
+        # burst: 2 ms of line rate (epoll sleeps in whole ms), at least one jumbo frame; a frame
+        # is sent whenever tokens are positive, so the long-run rate is exact either way
         self.pacer = Pacer(spec.rate_bps * pace_fraction, now_ns=now_ns,
-                           burst_bytes=max(2 * 9018, int(spec.rate_bps * pace_fraction * 2e-3 / 8)))
+                           burst_bytes=max(9018, int(spec.rate_bps * pace_fraction * 2e-3 / 8)))
         self.ctrl: deque[bytes] = deque()  # ACK/NAK frames, sent before data
         self.requesters: list["Connection"] = []
         self.rr = 0
@@ -73,27 +74,19 @@ class Connection:
         self.req_qpn, self.resp_qpn = req_qpn, resp_qpn
         fwd = roce.FrameBuilder(src.endpoint(), dst.endpoint(), sport, resp_qpn)
         back = roce.FrameBuilder(dst.endpoint(), src.endpoint(), sport, req_qpn)
-        self.req = Requester(fwd, path_mtu=path_mtu, **rc_opts)
+        opts = dict(rc_opts)
+        if "rto_ns" not in opts:
+            # floor: draining four full windows at line rate; anything shorter is always spurious
+            window = opts.get("window_pkts", 64)
+            frame_bits = 8 * (path_mtu + roce.MIN_FRAME + roce.RETH_LEN)
+            opts["rto_ns"] = max(200_000_000, int(4 * window * frame_bits / src.spec.rate_bps * 1e9))
+        self.req = Requester(fwd, path_mtu=path_mtu, **opts)
         self.resp = Responder(back, ack_coalesce=rc_opts.get("ackreq_every", 16))
         self.received: deque[Received] = deque()
         self.cc = cc
         self.qp_pacer = Pacer(cc.rate_bps, 2 * 9018, 0) if cc else None
         self.posted = 0
         self.completed = 0
-
-
-class JsonLines:
-    def __init__(self, path):
-        self._fh = open(path, "a", encoding="utf-8") if path else None
-
-    def write(self, rec: dict) -> None:
-        if self._fh:
-            self._fh.write(json.dumps(rec, sort_keys=True) + "\n")
-            self._fh.flush()
-
-    def close(self) -> None:
-        if self._fh:
-            self._fh.close()
 
 
 _BLOCK = bytes((i * 131 + (i >> 8) * 7) & 0xFF for i in range(4099))  # 4099: prime, so no 4 KB period

@@ -70,6 +70,9 @@ class Requester:
         self.last_progress_ns = 0
         self.rtt_probe: dict[int, int] = {}  # AckReq PSN -> first send time (Karn: not resent)
         self.rtt_samples_ns: list[int] = []
+        self.rto_min_ns = rto_ns
+        self.srtt_ns: float | None = None
+        self.rttvar_ns = 0.0
 
     # ---- posting --------------------------------------------------------------------
     def post(self, msg: Message, now_ns: int) -> None:
@@ -157,8 +160,21 @@ class Requester:
         self.c.acks += 1
         t = self.rtt_probe.pop(psn, None)
         if t is not None:
-            self.rtt_samples_ns.append(now_ns - t)
+            self._rtt_sample(now_ns - t)
         return self._advance(psn, now_ns)
+
+    def _rtt_sample(self, rtt: int) -> None:
+        """RFC 6298 smoothing. Why adaptive, unlike a NIC's fixed RC timeout: emulated time is
+        dilated and queues are deep, so a fixed timeout fires spuriously under incast and
+        go-back-N then resends whole windows until the fabric collapses."""
+        self.rtt_samples_ns.append(rtt)
+        if self.srtt_ns is None:
+            self.srtt_ns, self.rttvar_ns = float(rtt), rtt / 2.0
+        else:
+            self.rttvar_ns = 0.75 * self.rttvar_ns + 0.25 * abs(self.srtt_ns - rtt)
+            self.srtt_ns = 0.875 * self.srtt_ns + 0.125 * rtt
+        self.rto_base_ns = max(self.rto_min_ns, int(self.srtt_ns + 4 * self.rttvar_ns))
+        self.rto_ns = max(self.rto_ns, self.rto_base_ns)
 
     def _advance(self, acked_through: int, now_ns: int) -> list[Message]:
         new_una = psn_add(acked_through, 1)

@@ -60,7 +60,7 @@ def scaled_rate_bps(rate_bps: int, cfg: EmulationConfig) -> int:
 def tc_commands(dev: str, rate_bps: int, mtu_bytes: int, limit_pkts: int) -> list[str]:
     """htb root shaping to the link rate, with a pfifo leaf that holds (and counts) the queue."""
     frame = mtu_bytes + ETH_OVERHEAD_BYTES
-    burst = max(2 * frame, rate_bps // 8 // 1000)  # >= 2 frames, ~1 ms at the rate
+    burst = max(frame + 100, rate_bps // 8 // 1000)  # one frame, or ~1 ms at the rate: NIC-like bursts
     return [
         f"qdisc replace dev {dev} root handle 1: htb default 1",
         f"class replace dev {dev} parent 1: classid 1:1 htb rate {rate_bps}bit ceil {rate_bps}bit "

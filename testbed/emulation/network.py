@@ -15,7 +15,6 @@ import time
 from dataclasses import dataclass, field
 
 from ..fabric.model import Fabric
-from ..lab import procs
 from ..lab.registry import Registry
 from ..lab.sh import CommandError, run
 from ..lab.state import datapath as recorded_datapath
@@ -270,14 +269,3 @@ def write_json(path, obj) -> None:
         json.dump(obj, fh, indent=2, sort_keys=True)
         fh.write("\n")
     os.replace(tmp, path)
-
-
-def alive_processes(registry_path) -> list[int]:
-    """PIDs still alive from a registry file (for tests and `zlab clean`)."""
-    out = []
-    with open(registry_path, encoding="utf-8") as fh:
-        for line in fh:
-            rec = json.loads(line)
-            if rec.get("type") == "process" and procs.alive(rec["pid"], rec.get("started")):
-                out.append(rec["pid"])
-    return out

@@ -41,7 +41,8 @@ class LiveFabric:
 
     def __init__(self, fabric: Fabric | str, cfg: EmulationConfig = EmulationConfig(), results_dir: str = "results",
                  run_id: str | None = None, miswire: str | None = None, check_reachability: bool = True,
-                 log=print, table_timeout_s: float = 120.0):
+                 log=print, table_timeout_s: float = 120.0, stats_interval_s: float = 1.0,
+                 lldp_interval_s: float = 1.0):
         self.fabric = build_fabric(fabric) if isinstance(fabric, str) else fabric
         self.cfg = cfg
         self.results_dir = results_dir
@@ -50,6 +51,7 @@ class LiveFabric:
         self.check_reachability = check_reachability
         self.log = log
         self.table_timeout_s = table_timeout_s
+        self.controller_args = ["--stats-interval", str(stats_interval_s), "--lldp-interval", str(lldp_interval_s)]
         self.timings_s: dict[str, float] = {}
         self.em = None
         self.controller = None
@@ -94,7 +96,7 @@ class LiveFabric:
         (self.dir / "controller").mkdir(exist_ok=True)
         logf = open(self.dir / "controller" / "controller.log", "w")
         self.controller = subprocess.Popen(
-            [sys.executable, "-m", "controllers.launch", str(self.dir), "--port", str(port)],
+            [sys.executable, "-m", "controllers.launch", str(self.dir), "--port", str(port), *self.controller_args],
             stdout=logf, stderr=subprocess.STDOUT, start_new_session=True)
         self.registry.process(self.controller.pid, "controller")
         self._wait_listening(port)

@@ -6,15 +6,11 @@ logs what LLDP saw (controller/lldp.jsonl); this module judges it.
 
 from __future__ import annotations
 
-import json
 from itertools import combinations
 from pathlib import Path
 
 from ..fabric.model import Fabric
-
-
-def _end(fab: Fabric, switch: str, port: int) -> str:
-    return f"{switch}-p{port}"
+from ..jsonl import read_jsonl
 
 
 def blueprint(fab: Fabric) -> set[frozenset]:
@@ -56,16 +52,7 @@ def compare(expected: set[frozenset], seen: set[frozenset]) -> dict:
 
 
 def read_lldp(run_dir: Path) -> list[dict]:
-    path = Path(run_dir) / "controller" / "lldp.jsonl"
-    if not path.exists():
-        return []
-    out = []
-    for line in path.read_text().splitlines():
-        try:
-            out.append(json.loads(line))
-        except ValueError:
-            pass
-    return out
+    return read_jsonl(Path(run_dir) / "controller" / "lldp.jsonl")
 
 
 def check_run(run_dir: Path) -> dict:

@@ -55,7 +55,9 @@ def run_fabric(spec: dict, label: str, fabric_spec: str, root: Path, log=print, 
     cfg = EmulationConfig(rate_scale=em["rate_scale"], mtu_bytes=em["mtu_bytes"],
                           queue_limit_pkts=em["queue_limit_pkts"])
     plan = make_plan(spec, fab)  # before bring-up: a bad workload fails fast
-    with LiveFabric(fab, cfg, results_dir=str(root), run_id=label, log=log) as lf:
+    m = spec["measurement"]
+    with LiveFabric(fab, cfg, results_dir=str(root), run_id=label, log=log,
+                    stats_interval_s=m["controller_stats_interval_s"], lldp_interval_s=m["lldp_interval_s"]) as lf:
         live = LiveRun(lf.dir)
         raw = lf.dir / "raw"
         raw.mkdir(exist_ok=True)
@@ -76,7 +78,6 @@ def run_fabric(spec: dict, label: str, fabric_spec: str, root: Path, log=print, 
                                        "transfers": [vars(t) for t in plan.transfers]})
         ports = [p.name for p in fab.ports if fab.nodes[p.node].role == "switch" and fab.port_link[p.id] >= 0]
         write_json(raw / "ports.json", ports)
-        m = spec["measurement"]
         collector = subprocess.Popen(
             [sys.executable, "-m", "testbed.measure.collector", str(raw / "ports.json"), str(raw),
              "--period-ms", str(m["queue_sample_ms"]), "--pid", f"ovs={_vswitchd_pid()}", "--pid", f"agent={os.getpid()}"],

@@ -18,14 +18,14 @@ DEFAULT = {
         "zcube": "zcube:n=4,gpus_per_server=4",
         "roft": "roft:gpus=16,gpus_per_server=4,segments=2",
     },
-    "emulation": {"rate_scale": 5e-5, "mtu_bytes": 9000, "queue_limit_pkts": 1000},
+    "emulation": {"rate_scale": 2.5e-5, "mtu_bytes": 9000, "queue_limit_pkts": 1000},
     "workload": {
         "trace": "azure-code",
         "start_index": 0,
         "requests": 400,
         "model": "llama3-70b",
-        "size_scale": 5e-4,
-        "offered_load": 0.25,
+        "size_scale": 2.5e-4,
+        "offered_load": 0.2,
         "prefix_reuse": False,
         "prefill_overhead_s": 0.005,
         "prefill_tokens_per_s": 1500000.0,
@@ -35,7 +35,8 @@ DEFAULT = {
                    "scheduler": "round-robin", "split": "half", "path_mtu": 4096},
     "measurement": {"queue_sample_ms": 10, "xoff_bytes": 65536, "util_window_ms": 100,
                     "calibrate": True, "max_cpu_fraction": 0.9, "max_late_sample_fraction": 0.05,
-                    "min_calibration_ratio": 0.9},
+                    "min_calibration_ratio": 0.9, "controller_stats_interval_s": 5.0,
+                    "lldp_interval_s": 30.0},
     "seed": 0,
     "timeout_s": 60,
 }
@@ -69,7 +70,8 @@ SCHEMA = {
         "measurement": {"type": "object", "additionalProperties": False, "properties": {
             "queue_sample_ms": {"type": "number", "exclusiveMinimum": 0, "maximum": 10},
             "xoff_bytes": _int1, "util_window_ms": _pos, "calibrate": {"type": "boolean"},
-            "max_cpu_fraction": _pos, "max_late_sample_fraction": _num, "min_calibration_ratio": _num}},
+            "max_cpu_fraction": _pos, "max_late_sample_fraction": _num, "min_calibration_ratio": _num,
+            "controller_stats_interval_s": _pos, "lldp_interval_s": _pos}},
     },
 }
 

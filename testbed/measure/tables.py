@@ -10,18 +10,7 @@ import numpy as np
 import pandas as pd
 
 from ..fabric.model import Fabric
-
-
-def _jsonl(path: Path) -> list[dict]:
-    if not path.exists():
-        return []
-    out = []
-    for line in path.read_text().splitlines():
-        try:
-            out.append(json.loads(line))
-        except ValueError:
-            pass  # a torn last line of an interrupted run
-    return out
+from ..jsonl import read_jsonl as _jsonl
 
 
 class FabricData:

@@ -39,8 +39,14 @@ def incast(tmp_path_factory):
 
 
 def test_flow_model_predicts_the_direction():
+    """ECMP collisions depend on the UDP source ports drawn, so compare over seeds."""
     z, r = build_fabric(especs.DEFAULT["fabrics"]["zcube"]), build_fabric(especs.DEFAULT["fabrics"]["roft"])
-    assert estimate(r, pattern(r, "rank-shifted")).util.max() > estimate(z, pattern(z, "rank-shifted")).util.max()
+    util = lambda f, p, s: estimate(f, pattern(f, p), seed=s).util.max()  # noqa: E731
+    seeds = range(10)
+    assert max(util(z, "rank-shifted", s) for s in seeds) == 1.0
+    assert sum(util(r, "rank-shifted", s) for s in seeds) / 10 > 1.3
+    for f in (z, r):  # incast: the receiver's link, whatever the fabric
+        assert min(util(f, "incast", s) for s in seeds) >= 4.0
 
 
 def test_rank_shifted_roft_is_worse_than_zcube(rank_shifted):

@@ -169,6 +169,20 @@ def test_timeout_retransmits_from_oldest_unacked():
     assert again == frames[0]  # a go-back-N resend is the same packet
 
 
+def test_rto_follows_measured_rtt():
+    req, resp = pair(mtu=256, ackreq_every=1, rto_ns=1000)
+    req.post(msg(256 * 4), 0)
+    now = 0
+    for _ in range(4):
+        f = req.next_frame(now)
+        reply, _ = resp.on_packet(roce.parse(f), now)
+        now += 50_000  # each ACK comes back 50 us later: RTT 50,000 ns
+        p = roce.parse(reply)
+        req.on_ack(p.aeth[0], p.psn, now)
+    assert req.srtt_ns == pytest.approx(50_000)
+    assert req.rto_base_ns >= 50_000 and req.rto_ns == req.rto_base_ns  # never below a measured RTT
+
+
 def test_duplicates_are_re_acked_and_counted():
     req, resp = pair(mtu=256, ackreq_every=1)
     req.post(msg(256 * 2), 0)
