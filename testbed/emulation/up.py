@@ -4,7 +4,6 @@ down: `with LiveFabric(...)` for code and tests, `zlab up` for people."""
 from __future__ import annotations
 
 import json
-import os
 import signal
 import socket
 import subprocess

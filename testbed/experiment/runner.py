@@ -9,7 +9,6 @@ incomplete and reported as such.
 from __future__ import annotations
 
 import datetime as dt
-import json
 import os
 import random
 import signal

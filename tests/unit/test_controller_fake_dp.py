@@ -2,7 +2,6 @@
 model's tables, and a packet matched against them follows the model's route."""
 
 import json
-import os
 
 import pytest
 
