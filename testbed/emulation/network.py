@@ -55,9 +55,6 @@ class Emulation:
     miswired: list = field(default_factory=list)
     timings_s: dict = field(default_factory=dict)
 
-    def host(self, gpu: int):
-        return self.net.get(self.fabric.gpus[gpu].name)
-
 
 def resolve_datapath(cfg: EmulationConfig) -> str:
     dp = recorded_datapath() if cfg.datapath == "auto" else cfg.datapath

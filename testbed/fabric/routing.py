@@ -17,7 +17,6 @@ import numpy as np
 from . import ids
 from .model import Fabric
 
-ROCE_UDP_PORT = 4791
 U64 = np.uint64
 
 

@@ -94,6 +94,13 @@ def _plots(datas: dict[str, FabricData], tables: dict[str, dict], out: Path) -> 
 
     out.mkdir(parents=True, exist_ok=True)
     made = []
+
+    def save(fig, name):
+        fig.tight_layout()
+        fig.savefig(out / name, dpi=110)
+        plt.close(fig)
+        made.append(name)
+
     labels = list(datas)
     n = len(labels)
 
@@ -108,10 +115,7 @@ def _plots(datas: dict[str, FabricData], tables: dict[str, dict], out: Path) -> 
         ax.set_title(f"{lab}: max egress backlog per switch tier", fontsize=9)
         ax.set_ylabel("KiB")
     axes[-1, 0].set_xlabel("emulated time (s)")
-    fig.tight_layout()
-    fig.savefig(out / "queue_over_time.png", dpi=110)
-    plt.close(fig)
-    made.append("queue_over_time.png")
+    save(fig, "queue_over_time.png")
 
     fig, axes = plt.subplots(1, n, figsize=(5 * n, 4), squeeze=False)
     for ax, lab in zip(axes[0], labels):
@@ -128,10 +132,7 @@ def _plots(datas: dict[str, FabricData], tables: dict[str, dict], out: Path) -> 
         ax.set_xlabel("port")
         ax.set_title(f"{lab}: max egress queue (KiB)", fontsize=9)
         fig.colorbar(im, ax=ax)
-    fig.tight_layout()
-    fig.savefig(out / "max_queue_heatmap.png", dpi=110)
-    plt.close(fig)
-    made.append("max_queue_heatmap.png")
+    save(fig, "max_queue_heatmap.png")
 
     for col, name, title in (("kv_transfer_real_s", "kv_completion_cdf.png", "KV-transfer completion time"),
                              ("ttft_real_s", "ttft_cdf.png", "TTFT")):
@@ -145,10 +146,7 @@ def _plots(datas: dict[str, FabricData], tables: dict[str, dict], out: Path) -> 
         ax.set_title(title, fontsize=9)
         ax.grid(alpha=0.3)
         ax.legend(fontsize=8)
-        fig.tight_layout()
-        fig.savefig(out / name, dpi=110)
-        plt.close(fig)
-        made.append(name)
+        save(fig, name)
 
     fig, axes = plt.subplots(n, 1, figsize=(10, 3.2 * n), squeeze=False)
     for ax, lab in zip(axes[:, 0], labels):
@@ -164,10 +162,7 @@ def _plots(datas: dict[str, FabricData], tables: dict[str, dict], out: Path) -> 
         ax.set_title(f"{lab}: offered utilisation of each loaded switch egress port", fontsize=9)
         ax.set_xlabel("emulated time (s)")
         fig.colorbar(im, ax=ax)
-    fig.tight_layout()
-    fig.savefig(out / "link_util_heatmap.png", dpi=110)
-    plt.close(fig)
-    made.append("link_util_heatmap.png")
+    save(fig, "link_util_heatmap.png")
 
     fig, axes = plt.subplots(1, n, figsize=(6 * n, 3.5), squeeze=False)
     for ax, lab in zip(axes[0], labels):
@@ -179,10 +174,7 @@ def _plots(datas: dict[str, FabricData], tables: dict[str, dict], out: Path) -> 
         ax.set_ylabel("KV sent, real GB")
         ax.tick_params(axis="x", rotation=90, labelsize=6)
         ax.set_title(f"{lab}: KV bytes per NIC port", fontsize=9)
-    fig.tight_layout()
-    fig.savefig(out / "nic_kv_bytes.png", dpi=110)
-    plt.close(fig)
-    made.append("nic_kv_bytes.png")
+    save(fig, "nic_kv_bytes.png")
     return made
 
 
