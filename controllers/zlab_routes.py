@@ -33,7 +33,7 @@ except ImportError:  # Ryu
 
     BaseApp = app_manager.RyuApp
 
-from testbed.jsonl import JsonLines
+from testbed.records import JsonLines
 
 ETH_IP, ETH_LLDP, IP_UDP = 0x0800, 0x88CC, 17
 PRIORITY_LLDP = 65000

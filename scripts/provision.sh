@@ -144,12 +144,12 @@ build_venv() {
   if [ "$(cat "$VENV/.zlab-deps" 2>/dev/null)" != "$want" ] || ! "$VENV/bin/zlab" --help >/dev/null 2>&1; then
     say "pip: installing pinned dependencies (a few minutes on a fresh machine)"
     pip_quiet install --upgrade pip==24.3.1
-    pip_quiet install -e "$REPO[test]"
+    pip_quiet install -e "$REPO[test,bench]"
     printf '%s\n' "$want" > "$VENV/.zlab-deps"; changed "python dependencies"
   else
     say "pip: dependencies match pyproject.toml"
   fi
-  "$VENV/bin/python" -c 'import mininet.net, os_ken, scapy, pyroute2, pandas, pyarrow' \
+  "$VENV/bin/python" -c 'import mininet.net, os_ken, scapy, pandas, pyarrow, importlinter' \
     || die "venv imports failed"
 }
 

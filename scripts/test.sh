@@ -4,4 +4,6 @@
 set -euo pipefail
 cd "$(dirname "${BASH_SOURCE[0]}")/.."
 bash scripts/provision.sh
+# The architecture's import contracts (pyproject.toml [tool.importlinter]): a wrong arrow fails here.
+.venv/bin/lint-imports --no-cache
 exec .venv/bin/python -m pytest -p no:cacheprovider "$@"

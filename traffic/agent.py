@@ -16,8 +16,6 @@ import zlib
 from collections import deque
 from dataclasses import dataclass, field
 
-from testbed.jsonl import JsonLines
-
 from . import roce
 from .cc import Timely
 from .port import Pacer, open_packet_socket
@@ -103,10 +101,12 @@ def message_data(msg_id: int, size: int) -> bytes:
 
 
 class Agent:
-    def __init__(self, records_path=None, pace_fraction: float = 1.0, rc_opts: dict | None = None):
+    def __init__(self, on_record=None, pace_fraction: float = 1.0, rc_opts: dict | None = None):
+        """on_record: called with each completed message's record (the caller decides where
+        records go; the traffic core writes no files of its own)."""
         self.ports: dict[str, NicPort] = {}
         self.conns: list[Connection] = []
-        self.records = JsonLines(records_path)
+        self.on_record = on_record
         self.pace_fraction = pace_fraction
         self.rc_opts = rc_opts or {}
         self._qpn = itertools.count(0x100)
@@ -292,7 +292,8 @@ class Agent:
             "clock": "CLOCK_MONOTONIC", **msg.meta,
         }
         self.done.append(rec)
-        self.records.write(rec)
+        if self.on_record is not None:
+            self.on_record(rec)
 
     # ---- results ------------------------------------------------------------------------
     def counters(self) -> dict:
@@ -310,4 +311,3 @@ class Agent:
         for p in self.ports.values():
             p.sock.close()
         self.epoll.close()
-        self.records.close()

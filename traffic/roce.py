@@ -199,3 +199,11 @@ def payload_per_packet(path_mtu: int) -> int:
 def link_mtu_needed(path_mtu: int) -> int:
     """IP MTU a link needs to carry a full RoCE packet of this path MTU (first packet has RETH)."""
     return IP_HDR + UDP_HDR + BTH_LEN + RETH_LEN + path_mtu + ICRC_LEN
+
+
+def default_path_mtu(link_mtu: int) -> int:
+    """Largest RoCE path MTU whose packets (with RETH) fit the link MTU."""
+    fitting = [m for m in PATH_MTUS if link_mtu_needed(m) <= link_mtu]
+    if not fitting:
+        raise ValueError(f"link MTU {link_mtu} is too small for RoCE")
+    return fitting[-1]

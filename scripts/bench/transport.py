@@ -71,8 +71,8 @@ def fabric() -> dict:
     from testbed.emulation.config import EmulationConfig
     from testbed.emulation.up import LiveFabric
     from traffic.agent import Agent
-    from traffic.calibrate import iperf3_udp
-    from traffic.live import port_spec, send_message, transfer_ports
+    from testbed.emulation.calibrate import iperf3_udp
+    from testbed.emulation.agents import port_spec, send_message, transfer_ports
 
     out = {}
     with tempfile.TemporaryDirectory() as d:

@@ -1,19 +1,26 @@
 """Emulation settings and the tc commands they imply — pure, so they are tested offline.
 
-Why refuse instead of warn: Mininet ignores bw > 1000 Mb/s and drops netem options on a
-kernel without netem while carrying on; a run built that way measures something else.
+Why refuse instead of warn: Mininet ignores bw > 1000 Mb/s while carrying on; a run built
+that way measures something else. (zlab offers no delay or loss options: this kernel has no
+netem, and an option that could not be honoured here would be one more silent default.)
 """
 
 from __future__ import annotations
 
 from dataclasses import asdict, dataclass
 
+from ..errors import RuntimeFailure, UserInputError
+
 MAX_LINK_MBPS = 1000.0  # above this Mininet ignores bw, and one OVS userspace thread cannot keep up
 ETH_OVERHEAD_BYTES = 14
 
 
-class EmulationError(ValueError):
-    pass
+class EmulationError(UserInputError):
+    """Emulation settings (or a --miswire choice) the emulator cannot honour."""
+
+
+class LabFailure(RuntimeFailure):
+    """Bringing a fabric up or keeping it up failed (controller, tables, reachability, OVS)."""
 
 
 @dataclass(frozen=True)
@@ -23,10 +30,8 @@ class EmulationConfig:
     queue_limit_pkts: int = 1000  # switch egress queue (pfifo) per port
     host_queue_limit_pkts: int = 1000
     datapath: str = "auto"  # auto | netdev (userspace) | system (kernel)
-    delay_ms: float = 0.0  # refused on kernels without netem
-    loss_pct: float = 0.0
 
-    def validate(self, fabric, netem_available: bool) -> None:
+    def validate(self, fabric) -> None:
         if not self.rate_scale > 0:
             raise EmulationError(f"rate_scale must be > 0 (got {self.rate_scale})")
         fastest = max(l.rate_bps for l in fabric.links) * self.rate_scale / 1e6
@@ -43,9 +48,6 @@ class EmulationConfig:
         for name in ("queue_limit_pkts", "host_queue_limit_pkts"):
             if getattr(self, name) < 1:
                 raise EmulationError(f"{name} must be >= 1")
-        if (self.delay_ms or self.loss_pct) and not netem_available:
-            raise EmulationError("delay/loss emulation needs netem, which this kernel lacks; "
-                                 "zlab refuses rather than run without it (see zlab doctor)")
         if self.datapath not in ("auto", "netdev", "system"):
             raise EmulationError(f"datapath must be auto, netdev or system (got {self.datapath!r})")
 

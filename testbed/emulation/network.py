@@ -9,7 +9,6 @@ resource is recorded in the run registry before it exists.
 
 from __future__ import annotations
 
-import json
 import os
 import time
 from dataclasses import dataclass, field
@@ -18,7 +17,7 @@ from ..fabric.model import Fabric
 from ..lab.registry import Registry
 from ..lab.sh import CommandError, run
 from ..lab.state import datapath as recorded_datapath
-from .config import EmulationConfig, EmulationError, scaled_rate_bps, tc_commands
+from .config import EmulationConfig, EmulationError, LabFailure, scaled_rate_bps, tc_commands
 
 
 def _mininet():
@@ -59,25 +58,8 @@ class Emulation:
 def resolve_datapath(cfg: EmulationConfig) -> str:
     dp = recorded_datapath() if cfg.datapath == "auto" else cfg.datapath
     if dp is None:
-        raise EmulationError("no OVS datapath recorded: run bash scripts/provision.sh first")
+        raise LabFailure("no OVS datapath recorded: run bash scripts/provision.sh first")
     return dp
-
-
-def netem_available() -> bool:
-    return os.path.exists("/sys/module/sch_netem") or _probe_netem()
-
-
-def _probe_netem() -> bool:
-    a, b = f"znm{os.getpid() % 100000}a", f"znm{os.getpid() % 100000}b"
-    try:
-        run(["ip", "link", "add", a, "type", "veth", "peer", "name", b])
-    except CommandError:
-        return False
-    try:
-        return run(["tc", "qdisc", "add", "dev", a, "root", "netem", "delay", "1ms"], check=False) == "" and \
-            "netem" in run(["tc", "qdisc", "show", "dev", a])
-    finally:
-        run(["ip", "link", "del", a], check=False)
 
 
 def switch_side_links(fab: Fabric, miswire: list[tuple[int, int]] | None = None) -> list[tuple[int, int]]:
@@ -120,19 +102,19 @@ def precheck_names(fab: Fabric) -> None:
     try:
         existing = set(run(["ovs-vsctl", "--timeout=10", "list-br"]).split())
     except CommandError as exc:
-        raise EmulationError(f"OVS is not reachable ({exc}); run: bash scripts/provision.sh --services") from None
+        raise LabFailure(f"OVS is not reachable ({exc}); run: bash scripts/provision.sh --services") from None
     clash = sorted(existing & {sw.name for sw in fab.switches})
     links = sorted(p.name for p in fab.ports if fab.nodes[p.node].role == "switch"
                    and os.path.exists(f"/sys/class/net/{p.name}"))
     if clash or links:
-        raise EmulationError(
+        raise LabFailure(
             f"names already in use: bridges {clash[:5]} interfaces {links[:5]}; if a killed zlab run left them, "
             "run 'zlab clean'; zlab never deletes what it did not create")
 
 
 def build(fab: Fabric, cfg: EmulationConfig, run_id: str, registry: Registry, controller_port: int,
           miswire: list[tuple[int, int]] | None = None) -> Emulation:
-    cfg.validate(fab, netem_available=netem_available() if (cfg.delay_ms or cfg.loss_pct) else True)
+    cfg.validate(fab)
     dp = resolve_datapath(cfg)
     precheck_names(fab)
     Mininet, Host, ZlabSwitch, RemoteController, Link = _mininet()
@@ -205,7 +187,7 @@ def host_script(fab: Fabric, gpu: int, cfg: EmulationConfig) -> str:
     """Shell commands that configure one GPU host (pure: tested offline)."""
     import numpy as np
 
-    from ..fabric.routing import dst_address
+    from ..fabric.paths import dst_address
 
     ports = [fab.gpu_port(gpu, k) for k in range(fab.ports_per_gpu)]
     cmds = ["sysctl -qw net.ipv6.conf.all.disable_ipv6=1 net.ipv6.conf.default.disable_ipv6=1",
@@ -258,11 +240,3 @@ def stop(em: Emulation) -> float:
         em.net.stop()
         em.net = None
     return time.perf_counter() - t
-
-
-def write_json(path, obj) -> None:
-    tmp = f"{path}.tmp"
-    with open(tmp, "w", encoding="utf-8") as fh:
-        json.dump(obj, fh, indent=2, sort_keys=True)
-        fh.write("\n")
-    os.replace(tmp, path)

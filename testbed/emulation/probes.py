@@ -15,7 +15,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from ..fabric.model import Fabric
-from ..fabric.routing import dst_address, route
+from ..fabric.paths import dst_address, route
 from ..lab import procs
 from ..lab.sh import run
 

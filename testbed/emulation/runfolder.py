@@ -14,8 +14,9 @@ import subprocess
 from pathlib import Path
 
 from ..fabric.model import Fabric
-from ..fabric.routing import flow_entries, forwarding_tables
-from .network import write_json
+from ..fabric.openflow import flow_entries
+from ..fabric.paths import forwarding_tables
+from ..records import write_json
 
 FLOWS_SCHEMA = "zlab.flows/1"
 

@@ -17,8 +17,9 @@ from ..fabric.validate import validate
 from ..lab import procs
 from ..lab.registry import Registry
 from ..lab.sh import run
+from ..records import write_json
 from . import network, probes, runfolder, wiring
-from .config import EmulationConfig, EmulationError
+from .config import EmulationConfig, EmulationError, LabFailure
 
 
 def free_port() -> int:
@@ -82,6 +83,7 @@ class LiveFabric:
         rep = validate(fab)
         if not rep.ok:
             raise EmulationError(f"the fabric model does not validate: {rep.checks}")
+        self.cfg.validate(fab)  # before the run folder or any process exists
         miswire = network.pick_miswire(fab, self.miswire_spec) if self.miswire_spec is not None else []
         t0 = time.perf_counter()
         self.dir = runfolder.create(self.results_dir, self.run_id, fab,
@@ -105,7 +107,7 @@ class LiveFabric:
             l1, l2 = (fab.links[i] for i in miswire[0])
             self.log(f"[zlab]   MISWIRED on purpose: far ends of {fab.ports[l1.a].name} and {fab.ports[l2.a].name} swapped")
         hosts = {h.name: {"pid": h.pid, "started": procs.start_time(h.pid)} for h in self.em.net.hosts}
-        network.write_json(self.dir / "hosts.json", hosts)
+        write_json(self.dir / "hosts.json", hosts)
         self.timings_s.update(self.em.timings_s)
         self.timings_s["build_total"] = time.perf_counter() - t0
         self.log(f"[zlab]   built in {self.timings_s['build_total']:.1f} s (datapath {self.em.datapath})")
@@ -121,7 +123,7 @@ class LiveFabric:
             self.log(f"[zlab]   reachability: {r['reachable']}/{r['pairs']} GPU port pairs in "
                      f"{self.timings_s['reachability']:.1f} s")
             if r["failed"] and not miswire:
-                raise EmulationError(f"{len(r['failed'])} GPU port pairs unreachable, e.g. {r['failed'][:5]}")
+                raise LabFailure(f"{len(r['failed'])} GPU port pairs unreachable, e.g. {r['failed'][:5]}")
         runfolder.update(self.dir, status="running", timings_s=self.timings_s, reachability=self.reach,
                          datapath=self.em.datapath)
 
@@ -130,12 +132,15 @@ class LiveFabric:
         while time.monotonic() < deadline:
             if self.controller.poll() is not None:
                 log = (self.dir / "controller" / "controller.log").read_text()[-2000:]
-                raise EmulationError(f"controller exited with {self.controller.returncode}:\n{log}")
+                raise LabFailure(f"controller exited with {self.controller.returncode}: "
+                                 f"{log.strip().splitlines()[-1] if log.strip() else 'no output'}",
+                                 str(self.dir / "controller" / "controller.log"))
             with socket.socket() as s:
                 if s.connect_ex(("127.0.0.1", port)) == 0:
                     return
             time.sleep(0.1)
-        raise EmulationError(f"controller did not listen on port {port} within {timeout_s} s")
+        raise LabFailure(f"controller did not listen on port {port} within {timeout_s} s",
+                         str(self.dir / "controller" / "controller.log"))
 
     def expected_flow_counts(self) -> dict[str, int]:
         flows = json.loads((self.dir / "flows.json").read_text())
@@ -156,11 +161,11 @@ class LiveFabric:
             if have == want:
                 return
             if self.controller.poll() is not None:
-                raise EmulationError(f"controller died (exit {self.controller.returncode}); see "
-                                     f"{self.dir}/controller/controller.log")
+                raise LabFailure(f"controller died (exit {self.controller.returncode})",
+                                 str(self.dir / "controller" / "controller.log"))
             if time.monotonic() > deadline:
                 short = {k: f"{have.get(k)}/{v}" for k, v in want.items() if have.get(k) != v}
-                raise EmulationError(f"tables not installed after {self.table_timeout_s} s: {short}")
+                raise LabFailure(f"tables not installed after {self.table_timeout_s} s: {short}")
             time.sleep(0.2)
 
     def wiring_report(self, settle_s: float = 3.0, timeout_s: float = 30.0) -> dict:
@@ -176,7 +181,7 @@ class LiveFabric:
             elif time.monotonic() - since >= settle_s and rep["discovered_links"] >= expected:
                 break
             time.sleep(0.5)
-        network.write_json(self.dir / "wiring.json", rep)
+        write_json(self.dir / "wiring.json", rep)
         return rep
 
     def close(self, status: str = "ok") -> None:

@@ -10,7 +10,7 @@ from itertools import combinations
 from pathlib import Path
 
 from ..fabric.model import Fabric
-from ..jsonl import read_jsonl
+from ..records import read_jsonl
 
 
 def blueprint(fab: Fabric) -> set[frozenset]:

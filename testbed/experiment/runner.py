@@ -1,9 +1,11 @@
-"""Run an experiment: for each fabric, bring it up, calibrate, replay the planned KV transfers
-while the collector samples every egress queue, tear down; then tables, plots and report.
+"""Run a resolved experiment: for each fabric, bring it up, calibrate, replay the planned KV
+transfers while the collector samples every egress queue, tear down; then tables, plots and
+the report.
 
-One folder per run: results/<run>/{spec.yaml, run.json, <fabric>/..., tables/, plots/, report.md}.
-Ctrl-C stops cleanly: the fabric is torn down, what was recorded stays, the run is marked
-incomplete and reported as such.
+One folder per run: results/<run>/{experiment.json, run.json, <fabric>/..., tables/, plots/,
+report.md}. experiment.json is the resolved experiment, written once before anything starts;
+everything after reads it. Ctrl-C stops cleanly: the fabric is torn down, what was recorded
+stays, the run is marked incomplete. Any other failure marks it failed, with the cause.
 """
 
 from __future__ import annotations
@@ -17,60 +19,37 @@ import sys
 import time
 from pathlib import Path
 
-import yaml
-
-from traffic import kvmodel, traces, workload
 from traffic.agent import Agent
-from traffic.calibrate import iperf3_udp
-from traffic.live import port_spec, transfer_ports
 
 from ..emulation import runfolder
-from ..emulation.config import EmulationConfig
-from ..emulation.network import write_json
+from ..emulation.agents import port_spec
+from ..emulation.calibrate import iperf3_udp
 from ..emulation.probes import LiveRun
 from ..emulation.up import LiveFabric
-from ..fabric import build_fabric
+from ..records import JsonLines, write_json
+from .resolve import Experiment, FabricRun
 
 
 def _vswitchd_pid() -> int:
     return int(open("/var/run/openvswitch/ovs-vswitchd.pid").read().strip())
 
 
-def make_plan(spec: dict, fab) -> workload.Plan:
-    w, d = spec["workload"], spec["deployment"]
-    times = kvmodel.TimeModel(w["prefill_overhead_s"], w["prefill_tokens_per_s"], w["first_decode_step_s"])
-    return workload.plan(
-        traces.read(w["trace"]), kvmodel.model(w["model"]), times, fab.n_gpus, int(fab.params["gpus_per_server"]),
-        float(fab.params["gpu_gbps"]) * 1e9, rate_scale=spec["emulation"]["rate_scale"], size_scale=w["size_scale"],
-        tp=d["tp"], prefill_instances=d["prefill_instances"], decode_instances=d["decode_instances"],
-        mapping=d["mapping"], scheduler=d["scheduler"], offered_load=w.get("offered_load"),
-        load_factor=w.get("load_factor"), start_index=w["start_index"], requests=w["requests"],
-        prefix_reuse=w["prefix_reuse"], seed=spec["seed"])
-
-
-def run_fabric(spec: dict, label: str, fabric_spec: str, root: Path, log=print, bar=None) -> Path:
-    fab = build_fabric(fabric_spec)
-    em = spec["emulation"]
-    cfg = EmulationConfig(rate_scale=em["rate_scale"], mtu_bytes=em["mtu_bytes"],
-                          queue_limit_pkts=em["queue_limit_pkts"])
-    plan = make_plan(spec, fab)  # before bring-up: a bad workload fails fast
-    m = spec["measurement"]
-    with LiveFabric(fab, cfg, results_dir=str(root), run_id=label, log=log,
+def run_fabric(exp: Experiment, fr: FabricRun, root: Path, log=print, bar=None) -> Path:
+    fab, plan = fr.fabric, fr.plan
+    spec, m = exp.spec, exp.measurement
+    with LiveFabric(fab, fr.emulation, results_dir=str(root), run_id=fr.label, log=log,
                     stats_interval_s=m["controller_stats_interval_s"], lldp_interval_s=m["lldp_interval_s"]) as lf:
         live = LiveRun(lf.dir)
         raw = lf.dir / "raw"
         raw.mkdir(exist_ok=True)
-        split = spec["deployment"]["split"] if fab.kind == "zcube" else None
-        gname = lambda g: fab.gpus[g].name  # noqa: E731
         calib = None
-        if spec["measurement"]["calibrate"]:
-            t = plan.transfers[0]
-            sp, dp, _ = transfer_ports(live, gname(t.src_gpu), gname(t.dst_gpu), split)[0]
-            rate = port_spec(live, sp).rate_bps
-            calib = iperf3_udp(live, sp, dp, rate, duration_s=2)
+        if m["calibrate"]:
+            first = fr.messages[0]
+            rate = port_spec(live, first.src_port).rate_bps
+            calib = iperf3_udp(live, first.src_port, first.dst_port, rate, duration_s=2)
             calib["ratio"] = calib["goodput_bps"] / rate
-            log(f"[zlab]   calibration {sp} -> {dp}: iperf3 UDP {calib['goodput_bps'] / 1e6:.2f} Mb/s of "
-                f"{rate / 1e6:.2f} ({100 * calib['ratio']:.1f} %)")
+            log(f"[zlab]   calibration {first.src_port} -> {first.dst_port}: iperf3 UDP "
+                f"{calib['goodput_bps'] / 1e6:.2f} Mb/s of {rate / 1e6:.2f} ({100 * calib['ratio']:.1f} %)")
         write_json(raw / "plan.json", {"summary": plan.summary(),
                                        "instances": [vars(i) for i in plan.instances],
                                        "requests": [vars(r) for r in plan.requests],
@@ -82,30 +61,31 @@ def run_fabric(spec: dict, label: str, fabric_spec: str, root: Path, log=print, 
              "--period-ms", str(m["queue_sample_ms"]), "--pid", f"ovs={_vswitchd_pid()}", "--pid", f"agent={os.getpid()}"],
             stderr=open(raw / "collector.log", "w"))
         lf.registry.process(collector.pid, "collector")
-        agent = Agent(raw / "transfers.jsonl")
+        records = JsonLines(raw / "transfers.jsonl")
+        agent = Agent(records.write)
         status = "incomplete"
         try:
             rng = random.Random(spec["seed"])
             conns, queue = {}, []
-            for t in plan.transfers:
-                subs = transfer_ports(live, gname(t.src_gpu), gname(t.dst_gpu), split)
-                for sp, dp, share in subs:
-                    if (sp, dp) not in conns:
-                        agent.add_port(port_spec(live, sp))
-                        agent.add_port(port_spec(live, dp))
-                        conns[(sp, dp)] = agent.connect(sp, dp, rng.randrange(49152, 65536),
-                                                        spec["deployment"]["path_mtu"])
-                    queue.append((conns[(sp, dp)], max(1, int(t.bytes * share)), t,
-                                  {"req": t.req, "shard": t.shard, "real_bytes": int(t.real_bytes * share)}))
+            for msg in fr.messages:
+                t = plan.transfers[msg.transfer]
+                key = (msg.src_port, msg.dst_port)
+                if key not in conns:
+                    agent.add_port(port_spec(live, msg.src_port))
+                    agent.add_port(port_spec(live, msg.dst_port))
+                    conns[key] = agent.connect(msg.src_port, msg.dst_port, rng.randrange(49152, 65536),
+                                               spec["deployment"]["path_mtu"])
+                queue.append((conns[key], msg, t))
             # t0 only after all set-up work, so no transfer is released late in a burst
             t0 = time.monotonic_ns() + 1_000_000_000
-            for conn, nbytes, t, meta in queue:
-                agent.post(conn, nbytes, at_ns=t0 + int(t.t_post_s * 1e9), meta=meta)
-            n_msgs = len(queue)
-            write_json(raw / "run_clock.json", {"t0_ns": t0, "messages": n_msgs})
+            for conn, msg, t in queue:
+                agent.post(conn, msg.size_bytes, at_ns=t0 + int(t.t_post_s * 1e9),
+                           meta={"req": t.req, "shard": t.shard, "real_bytes": msg.real_bytes})
+            write_json(raw / "run_clock.json", {"t0_ns": t0, "messages": len(queue)})
             if bar is not None:
-                bar.reset(total=n_msgs)
-                bar.set_description(label)
+                bar.reset(total=len(queue))
+                bar.set_description(fr.label)
+                bar.refresh()
             last = [0]
 
             def progress(a):
@@ -125,13 +105,15 @@ def run_fabric(spec: dict, label: str, fabric_spec: str, root: Path, log=print, 
                 collector.kill()
             write_json(raw / "counters.json", agent.counters())
             agent.close()
+            records.close()
             runfolder.update(lf.dir, replay_status=status, calibration=calib)
-            log(f"[zlab]   {label}: {len(agent.done)}/{sum(c.posted for c in agent.conns)} messages completed ({status})")
+            log(f"[zlab]   {fr.label}: {len(agent.done)}/{sum(c.posted for c in agent.conns)} messages completed ({status})")
     return lf.dir
 
 
-def run_experiment(spec: dict, results_dir: str = "results", run_id: str | None = None, log=print,
+def run_experiment(exp: Experiment, results_dir: str = "results", run_id: str | None = None, log=print,
                    show_progress: bool = True) -> tuple[Path, str]:
+    """Replay every fabric of a resolved experiment; returns (run folder, status)."""
     from tqdm import tqdm
 
     from ..measure import report
@@ -139,22 +121,30 @@ def run_experiment(spec: dict, results_dir: str = "results", run_id: str | None 
     run_id = run_id or f"run-{dt.datetime.now():%Y%m%d-%H%M%S}-{os.getpid()}"
     root = Path(results_dir) / run_id
     root.mkdir(parents=True, exist_ok=False)
-    (root / "spec.yaml").write_text(yaml.safe_dump(spec, sort_keys=False))
+    write_json(root / "experiment.json", exp.resolved())
     write_json(root / "run.json", {"run_id": run_id, "status": "running", "git_sha": runfolder.git_sha(),
-                                   "versions": runfolder.versions(), "fabrics": spec["fabrics"],
+                                   "versions": runfolder.versions(), "fabrics": exp.spec["fabrics"],
                                    "started": dt.datetime.now().isoformat(timespec="seconds")})
-    status = "complete"
+    status, cause = "complete", None
     t_start = time.monotonic()
     bar = tqdm(total=1, unit="msg", disable=not show_progress, leave=False, file=sys.stderr)
     try:
-        for label, fabric_spec in spec["fabrics"].items():
-            run_fabric(spec, label, fabric_spec, root, log=log, bar=bar)
+        for fr in exp.fabrics.values():
+            run_fabric(exp, fr, root, log=log, bar=bar)
     except KeyboardInterrupt:
         status = "incomplete"
         log("[zlab] interrupted: fabric torn down, recorded data kept, run marked incomplete")
+    except BaseException as exc:
+        status, cause = "failed", f"{type(exc).__name__}: {exc}"
+        raise
     finally:
         bar.close()
-        runfolder.update(root, status=status, wall_s=time.monotonic() - t_start,
+        runfolder.update(root, status=status, cause=cause, wall_s=time.monotonic() - t_start,
                          finished=dt.datetime.now().isoformat(timespec="seconds"))
+        if status == "failed":
+            try:
+                report.build(root)
+            except Exception as exc:  # noqa: BLE001 - the run's own failure is the one to report
+                log(f"[zlab] report of the failed run could not be built: {exc}")
     report.build(root)
     return root, status

@@ -1,83 +1,104 @@
-"""Experiment specs: YAML validated against a JSON Schema, merged over the built-in default.
+"""Experiment specs: YAML validated against one JSON Schema that also holds every default.
 
-Why a schema with no extra keys allowed: a misspelt field must fail naming itself, not be
-ignored while a default silently runs a different experiment.
+Why one source: the schema says what each field may be *and* what it is when not given, so
+the defaults cannot drift from the validation. No extra keys are allowed anywhere: a misspelt
+field fails naming itself instead of being ignored while a default runs another experiment.
 """
 
 from __future__ import annotations
 
 import copy
+import re
 from pathlib import Path
 
 import jsonschema
 import yaml
 
-DEFAULT = {
-    "name": "zcube-vs-roft",
-    "fabrics": {
-        "zcube": "zcube:n=4,gpus_per_server=4",
-        "roft": "roft:gpus=16,gpus_per_server=4,segments=2",
-    },
-    "emulation": {"rate_scale": 2.5e-5, "mtu_bytes": 9000, "queue_limit_pkts": 1000},
-    "workload": {
-        "trace": "azure-code",
-        "start_index": 0,
-        "requests": 400,
-        "model": "llama3-70b",
-        "size_scale": 2.5e-4,
-        "offered_load": 0.2,
-        "prefix_reuse": False,
-        "prefill_overhead_s": 0.005,
-        "prefill_tokens_per_s": 1500000.0,
-        "first_decode_step_s": 0.02,
-    },
-    "deployment": {"tp": 4, "prefill_instances": 2, "decode_instances": 2, "mapping": "rail-aligned",
-                   "scheduler": "round-robin", "split": "half", "path_mtu": 4096},
-    "measurement": {"queue_sample_ms": 10, "xoff_bytes": 65536, "util_window_ms": 100,
-                    "calibrate": True, "max_cpu_fraction": 0.9, "max_late_sample_fraction": 0.05,
-                    "min_calibration_ratio": 0.9, "controller_stats_interval_s": 5.0,
-                    "lldp_interval_s": 30.0},
-    "seed": 0,
-    "timeout_s": 60,
-}
+from ..errors import UserInputError
 
-_num = {"type": "number"}
-_pos = {"type": "number", "exclusiveMinimum": 0}
-_int1 = {"type": "integer", "minimum": 1}
+
+class ExperimentSpecError(UserInputError):
+    """An experiment spec (file, field or override) that cannot be used."""
+
+
+def _n(default, minimum=None, exclusive=True, maximum=None, integer=False):
+    s = {"type": "integer" if integer else "number", "default": default}
+    if minimum is not None:
+        s["exclusiveMinimum" if exclusive else "minimum"] = minimum
+    if maximum is not None:
+        s["maximum"] = maximum
+    return s
+
+
+def _enum(default, *values):
+    return {"enum": list(values), "default": default}
+
+
+def _section(**props):
+    return {"type": "object", "additionalProperties": False, "properties": props, "default": {}}
+
+
+DEFAULT_FABRICS = {"zcube": "zcube:n=4,gpus_per_server=4", "roft": "roft:gpus=16,gpus_per_server=4,segments=2"}
+
 SCHEMA = {
     "type": "object", "additionalProperties": False,
-    "required": ["fabrics", "emulation", "workload", "deployment", "measurement"],
     "properties": {
-        "name": {"type": "string"},
-        "seed": {"type": "integer"},
-        "timeout_s": _pos,
-        "fabrics": {"type": "object", "minProperties": 1, "additionalProperties": {"type": "string", "pattern": "^(zcube|roft):"}},
-        "emulation": {"type": "object", "additionalProperties": False, "properties": {
-            "rate_scale": _pos, "mtu_bytes": {"type": "integer", "minimum": 576, "maximum": 9000},
-            "queue_limit_pkts": _int1}},
-        "workload": {"type": "object", "additionalProperties": False, "properties": {
-            "trace": {"type": "string"}, "start_index": {"type": "integer", "minimum": 0}, "requests": _int1,
-            "model": {"oneOf": [{"type": "string"}, {"type": "object"}]}, "size_scale": _pos,
-            "offered_load": _pos, "load_factor": _pos, "prefix_reuse": {"type": "boolean"},
-            "prefill_overhead_s": {"type": "number", "minimum": 0}, "prefill_tokens_per_s": _pos,
-            "first_decode_step_s": {"type": "number", "minimum": 0}}},
-        "deployment": {"type": "object", "additionalProperties": False, "properties": {
-            "tp": _int1, "prefill_instances": _int1, "decode_instances": _int1,
-            "mapping": {"enum": ["rail-aligned", "rank-shifted", "random", "incast"]},
-            "scheduler": {"enum": ["round-robin", "least-loaded"]},
-            "split": {"enum": ["half", "cons", "rail"]},
-            "path_mtu": {"enum": [256, 512, 1024, 2048, 4096]}}},
-        "measurement": {"type": "object", "additionalProperties": False, "properties": {
-            "queue_sample_ms": {"type": "number", "exclusiveMinimum": 0, "maximum": 10},
-            "xoff_bytes": _int1, "util_window_ms": _pos, "calibrate": {"type": "boolean"},
-            "max_cpu_fraction": _pos, "max_late_sample_fraction": _num, "min_calibration_ratio": _num,
-            "controller_stats_interval_s": _pos, "lldp_interval_s": _pos}},
+        "name": {"type": "string", "default": "zcube-vs-roft"},
+        "seed": {"type": "integer", "default": 0},
+        "timeout_s": _n(60),
+        "fabrics": {"type": "object", "minProperties": 1, "default": DEFAULT_FABRICS,
+                    "propertyNames": {"pattern": "^[a-z][a-z0-9_-]{0,15}$"},
+                    "additionalProperties": {"type": "string"}},
+        "emulation": _section(
+            rate_scale=_n(2.5e-5, 0),
+            mtu_bytes=_n(9000, 576, False, 9000, integer=True),
+            queue_limit_pkts=_n(1000, 1, False, integer=True)),
+        "workload": _section(
+            trace={"type": "string", "default": "azure-code"},
+            start_index=_n(0, 0, False, integer=True),
+            requests=_n(400, 1, False, integer=True),
+            model={"oneOf": [{"type": "string"}, {"type": "object"}], "default": "llama3-70b"},
+            size_scale=_n(2.5e-4, 0),
+            offered_load=_n(0.2, 0),  # exactly one of offered_load / load_factor (load() enforces it)
+            load_factor={"type": "number", "exclusiveMinimum": 0},
+            prefix_reuse={"type": "boolean", "default": False},
+            prefill_overhead_s=_n(0.005, 0, False),
+            prefill_tokens_per_s=_n(1500000.0, 0),
+            first_decode_step_s=_n(0.02, 0, False)),
+        "deployment": _section(
+            tp=_n(4, 1, False, integer=True),
+            prefill_instances=_n(2, 1, False, integer=True),
+            decode_instances=_n(2, 1, False, integer=True),
+            mapping=_enum("rail-aligned", "rail-aligned", "rank-shifted", "random", "incast"),
+            scheduler=_enum("round-robin", "round-robin", "least-loaded"),
+            split=_enum("half", "half", "cons", "rail"),
+            path_mtu=_enum(4096, 256, 512, 1024, 2048, 4096)),
+        "measurement": _section(
+            queue_sample_ms=_n(10, 0, maximum=10),
+            xoff_bytes=_n(65536, 1, False, integer=True),
+            util_window_ms=_n(100, 0),
+            calibrate={"type": "boolean", "default": True},
+            max_cpu_fraction=_n(0.9, 0),
+            max_late_sample_fraction=_n(0.05, 0, False),
+            min_calibration_ratio=_n(0.9, 0, False),
+            controller_stats_interval_s=_n(5.0, 0),
+            lldp_interval_s=_n(30.0, 0)),
     },
 }
 
 
-class ExperimentSpecError(ValueError):
-    pass
+def defaults(schema: dict = SCHEMA) -> dict:
+    """The default spec, read off the schema."""
+    out = {}
+    for key, prop in schema["properties"].items():
+        if prop.get("type") == "object" and "properties" in prop:
+            out[key] = defaults(prop)
+        elif "default" in prop:
+            out[key] = copy.deepcopy(prop["default"])
+    return out
+
+
+DEFAULT = defaults()
 
 
 def _merge(base: dict, over: dict) -> dict:
@@ -90,8 +111,12 @@ def _merge(base: dict, over: dict) -> dict:
     return out
 
 
-def _coerce(text: str):
-    return yaml.safe_load(text)
+def _allowed(path: list) -> str:
+    node = SCHEMA
+    for p in path:
+        node = node.get("properties", {}).get(p, {})
+    props = node.get("properties")
+    return f"; valid fields: {', '.join(props)}" if props else ""
 
 
 def apply_override(spec: dict, assignment: str) -> dict:
@@ -102,12 +127,27 @@ def apply_override(spec: dict, assignment: str) -> dict:
     out = copy.deepcopy(spec)
     node = out
     parts = key.split(".")
-    for p in parts[:-1]:
+    for i, p in enumerate(parts[:-1]):
         if not isinstance(node.get(p), dict):
-            raise ExperimentSpecError(f"override {assignment!r}: {p!r} is not a section of the spec")
+            raise ExperimentSpecError(f"override {assignment!r}: {'.'.join(parts[:i + 1])!r} is not a section of the "
+                                      f"spec{_allowed(parts[:i])}")
         node = node[p]
-    node[parts[-1]] = _coerce(value)
+    node[parts[-1]] = _value(value, assignment)
     return out
+
+
+_NUMBER = re.compile(r"[+-]?(\d+\.?\d*|\.\d+)([eE][+-]?\d+)?")
+
+
+def _value(text: str, assignment: str):
+    """An override's value as YAML, except that 1e-2 is a number (YAML 1.1 wants 1.0e-2)."""
+    if _NUMBER.fullmatch(text.strip()):
+        num = float(text)
+        return int(num) if num.is_integer() else num
+    try:
+        return yaml.safe_load(text)
+    except yaml.YAMLError:
+        raise ExperimentSpecError(f"override {assignment!r}: the value is not valid YAML") from None
 
 
 def validate(spec: dict) -> dict:
@@ -115,8 +155,10 @@ def validate(spec: dict) -> dict:
     errors = sorted(v.iter_errors(spec), key=lambda e: list(e.absolute_path))
     if errors:
         e = errors[0]
-        where = ".".join(str(p) for p in e.absolute_path) or "(top level)"
-        raise ExperimentSpecError(f"spec error at {where}: {e.message}")
+        path = list(e.absolute_path)
+        where = ".".join(str(p) for p in path) or "(top level)"
+        hint = _allowed(path) if e.validator == "additionalProperties" else ""
+        raise ExperimentSpecError(f"spec error at {where}: {e.message}{hint}")
     w = spec["workload"]
     if ("offered_load" in w) == ("load_factor" in w):
         raise ExperimentSpecError("spec error at workload: give exactly one of offered_load or load_factor")
@@ -128,9 +170,11 @@ def load(path: str | None = None, overrides: list[str] | None = None) -> dict:
     spec = copy.deepcopy(DEFAULT)
     if path:
         try:
-            text = Path(path).read_text()
+            text = Path(path).read_text(encoding="utf-8")
         except OSError as exc:
             raise ExperimentSpecError(f"cannot read spec {path}: {exc.strerror}") from None
+        except UnicodeDecodeError:
+            raise ExperimentSpecError(f"{path}: not a UTF-8 text file") from None
         try:
             user = yaml.safe_load(text) or {}
         except yaml.YAMLError as exc:
@@ -138,7 +182,7 @@ def load(path: str | None = None, overrides: list[str] | None = None) -> dict:
         if not isinstance(user, dict):
             raise ExperimentSpecError(f"{path}: the spec must be a mapping")
         w = user.get("workload", {})
-        if isinstance(w, dict) and "load_factor" in w:
+        if isinstance(w, dict) and "load_factor" in w and "offered_load" not in w:
             spec["workload"].pop("offered_load", None)
         spec = _merge(spec, user)
     for o in overrides or []:

@@ -11,7 +11,8 @@ from collections import Counter
 from dataclasses import asdict, dataclass
 
 from .model import Fabric
-from .spec import SpecError, build_fabric
+from .kinds import build_fabric
+from .params import SpecError
 
 
 @dataclass(frozen=True)

@@ -8,7 +8,9 @@ from __future__ import annotations
 
 import textwrap
 
+from .kinds import kind_of
 from .model import Fabric
+from .params import SpecError
 
 MAX_DRAW_GPUS = 256
 COLOURS = {"gpu": "#9ecae1", "A": "#fdae6b", "B": "#a1d99b", "leaf": "#fdae6b", "spine": "#bcbddc",
@@ -17,7 +19,7 @@ COLOURS = {"gpu": "#9ecae1", "A": "#fdae6b", "B": "#a1d99b", "leaf": "#fdae6b", 
 
 def _check_size(fab: Fabric) -> None:
     if fab.n_gpus > MAX_DRAW_GPUS:
-        raise ValueError(f"drawing {fab.n_gpus} GPUs would be unreadable; drawings stop at {MAX_DRAW_GPUS} GPUs")
+        raise SpecError(f"drawing {fab.n_gpus} GPUs would be unreadable; drawings stop at {MAX_DRAW_GPUS} GPUs")
 
 
 def to_dot(fab: Fabric) -> str:
@@ -39,8 +41,8 @@ def to_dot(fab: Fabric) -> str:
 
 
 def _row(fab: Fabric, node) -> int:
-    """Drawing row: the tier, except ZCube's B group one row above A so K(m,m) is visible."""
-    return 2 if node.group == "B" else node.tier
+    """Drawing row: the kind's hint (the tier unless the kind says otherwise)."""
+    return kind_of(fab).draw_row(node)
 
 
 def positions(fab: Fabric) -> dict[int, tuple[float, float]]:
@@ -66,7 +68,7 @@ def to_png(fab: Fabric, path: str) -> None:
     for l in fab.links:
         na, nb = fab.ports[l.a].node, fab.ports[l.b].node
         (x1, y1), (x2, y2) = pos[na], pos[nb]
-        colour = "#d62728" if fab.nodes[nb].group == "B" and l.kind == "nic" else "#555555"
+        colour = "#d62728" if l.kind == "nic" and _row(fab, fab.nodes[nb]) != 1 else "#555555"
         ax.plot([x1, x2], [y1, y2], color=colour, lw=0.6, alpha=0.7, ls="--" if l.medium == "copper" else "-")
     for n in fab.nodes:
         x, y = pos[n.id]
@@ -79,15 +81,15 @@ def to_png(fab: Fabric, path: str) -> None:
     ax.set_title(f"{spec}\n{counts['gpus']} GPUs, {counts['switches']} switches, {counts['cables']} cables",
                  fontsize=9)
     rows = sorted({_row(fab, n) for n in fab.nodes})
-    names = ({0: "GPUs", 1: "A (cons)", 2: "B (rail)"} if fab.kind == "zcube"
-             else {0: "GPUs", 1: "leaf", 2: "spine/agg", 3: "core"})
+    kind = kind_of(fab)
+    names = kind.row_labels
     ax.set_yticks(rows)
     ax.set_yticklabels([names[r] for r in rows])
     ax.set_xticks([])
     for side in ("top", "right", "bottom"):
         ax.spines[side].set_visible(False)
-    if fab.kind == "zcube":
-        ax.text(0.0, -0.4, "grey: cons port -> A and A-B fabric; red: rail port -> B", fontsize=7)
+    if kind.draw_note:
+        ax.text(0.0, -0.4, kind.draw_note, fontsize=7)
     fig.tight_layout()
     fig.savefig(path, dpi=130)
     plt.close(fig)

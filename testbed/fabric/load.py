@@ -11,19 +11,21 @@ decode; prefill server i sends to decode server i.
 from __future__ import annotations
 
 import csv
+import io
 from dataclasses import dataclass
 
 import numpy as np
 
+from ..errors import UserInputError
 from .model import Fabric
-from .routing import dst_address, split_fractions, src_port_id, walk
+from .paths import dst_address, split_fractions, src_port_id, walk
 
 PATTERNS = ("rail-aligned", "rank-shifted", "random", "incast", "all-to-all")
 MAX_ALL_TO_ALL_GPUS = 1024  # N*(N-1) flows; above this the matrix alone is too large
 
 
-class PatternError(ValueError):
-    pass
+class PatternError(UserInputError):
+    """A traffic pattern or matrix that cannot be used, with what is allowed."""
 
 
 @dataclass
@@ -84,7 +86,14 @@ def pattern(fab: Fabric, name: str, fraction: float = 1.0, seed: int = 0, fan_in
 def from_file(fab: Fabric, path: str) -> Traffic:
     """CSV with header src_gpu,dst_gpu,demand_gbps (GPU index or name like g12)."""
     src, dst, dem = [], [], []
-    with open(path, newline="", encoding="utf-8") as fh:
+    try:
+        with open(path, encoding="utf-8") as fh:
+            text = fh.read()
+    except OSError as exc:
+        raise PatternError(f"{path}: cannot read: {exc.strerror}") from None
+    except UnicodeDecodeError:
+        raise PatternError(f"{path}: not a UTF-8 text (CSV) file") from None
+    with io.StringIO(text, newline="") as fh:
         reader = csv.DictReader(fh)
         need = {"src_gpu", "dst_gpu", "demand_gbps"}
         if not reader.fieldnames or not need <= set(reader.fieldnames):

@@ -15,7 +15,13 @@ from typing import Any, Mapping
 
 import numpy as np
 
+from ..errors import UserInputError
+
 SCHEMA = "zlab.fabric/1"
+
+
+class FabricFileError(UserInputError):
+    """A file that is not a fabric this zlab can read."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -84,7 +90,13 @@ class Fabric:
 
     @cached_property
     def ports_per_gpu(self) -> int:
-        return 2 if self.kind == "zcube" else 1
+        """NIC ports per GPU, from the data (every GPU has the same ports, GPU 0's first)."""
+        return sum(1 for p in self.ports if p.node == 0)
+
+    @cached_property
+    def gpu_port_roles(self) -> tuple[str, ...]:
+        """Roles of a GPU's ports in port order, e.g. ("cons", "rail") or ("nic",)."""
+        return tuple(self.ports[k].role for k in range(self.ports_per_gpu))
 
     @cached_property
     def node_by_name(self) -> dict[str, Node]:
@@ -166,13 +178,13 @@ class Fabric:
     @classmethod
     def from_dict(cls, data: Mapping) -> "Fabric":
         if data.get("schema") != SCHEMA:
-            raise ValueError(f"not a zlab fabric file: schema {data.get('schema')!r}, expected {SCHEMA!r}")
+            raise FabricFileError(f"not a zlab fabric file: schema {data.get('schema')!r}, expected {SCHEMA!r}")
 
         def rows(kind, typ):
             names = data[f"{kind}_fields"]
             expected = [f.name for f in fields(typ)]
             if names != expected:
-                raise ValueError(f"fabric file {kind} fields {names} do not match this zlab ({expected})")
+                raise FabricFileError(f"fabric file {kind} fields {names} do not match this zlab ({expected})")
             return tuple(typ(*row) for row in data[f"{kind}s"])
 
         return cls(

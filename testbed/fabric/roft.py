@@ -3,15 +3,24 @@
 A segment holds `servers_per_segment` servers; local GPU rank r of each of them connects to
 leaf r of that segment. Two tiers: every leaf has an equal share of uplinks to every spine.
 Three tiers (pods of radix/2 leaves, aggregation, core) when the spine radix cannot hold
-every leaf — which reproduces the published 1,024- and 16,384-GPU inventories.
+every leaf — which reproduces the published 1,024- and 16,384-GPU inventories. Everything
+ROFT-specific lives here: generator, rail-local + ECMP tables, diameter, drawing hints.
 """
 
 from __future__ import annotations
 
 import math
 
+import numpy as np
+
+from . import ids
 from .builder import FabricBuilder, gbps_to_bps
-from .spec import FabricKind, Param, SpecError, canonical_spec, register, require
+from .kind import FabricKind
+from .model import Fabric
+from .params import Param, SpecError, canonical_spec, require, resolve_params
+from .tables import GroupIndex, Tables, port_peer, ports_between
+
+NAME = "roft"
 
 PARAMS = (
     Param("gpus", int, None, "total GPUs (one 1xR NIC port each)"),
@@ -28,29 +37,30 @@ PARAMS = (
 
 
 def _resolve(given: dict) -> dict:
-    p = {prm.name: given.get(prm.name, prm.default) for prm in PARAMS}
-    require(p["gpus"] is not None, "roft", "parameter gpus is required, e.g. roft:gpus=16,gpus_per_server=4")
+    p = resolve_params(NAME, PARAMS, given)
+    require(p["gpus"] is not None, NAME, "parameter gpus is required, e.g. roft:gpus=16,gpus_per_server=4")
     gpus, s = p["gpus"], p["gpus_per_server"]
-    require(s >= 1, "roft", f"gpus_per_server must be >= 1 (got {s})")
-    require(gpus >= 2 * s and gpus % s == 0, "roft", f"gpus={gpus} must be a multiple of gpus_per_server={s}, "
+    require(gpus <= ids.MAX_GPUS, NAME, f"gpus={gpus} exceeds the address plan's {ids.MAX_GPUS} GPUs")
+    require(s >= 1, NAME, f"gpus_per_server must be >= 1 (got {s})")
+    require(gpus >= 2 * s and gpus % s == 0, NAME, f"gpus={gpus} must be a multiple of gpus_per_server={s}, "
             "with at least 2 servers")
-    require(p["oversubscription"] >= 1.0, "roft", "oversubscription must be >= 1 (1 = non-blocking)")
-    require(p["gpu_gbps"] > 0, "roft", "gpu_gbps must be positive")
+    require(p["oversubscription"] >= 1.0, NAME, "oversubscription must be >= 1 (1 = non-blocking)")
+    require(p["gpu_gbps"] > 0, NAME, "gpu_gbps must be positive")
     servers = gpus // s
     radix, ratio = p["radix"], p["oversubscription"]
     segments = p["segments"]
     if not segments:
         if radix:
             d_max = int(radix * ratio // (1 + ratio))
-            require(d_max >= 1, "roft", f"radix {radix} too small for one downlink")
+            require(d_max >= 1, NAME, f"radix {radix} too small for one downlink")
             segments = math.ceil(servers / d_max)
         else:
             segments = 1
-    require(servers % segments == 0, "roft",
+    require(servers % segments == 0, NAME,
             f"{servers} servers do not split into {segments} equal segments; give segments= explicitly")
     d = servers // segments
     u = d / ratio
-    require(u.is_integer() and u >= 1, "roft", f"{d} downlinks per leaf / oversubscription {ratio} "
+    require(u.is_integer() and u >= 1, NAME, f"{d} downlinks per leaf / oversubscription {ratio} "
             "is not a whole number of uplinks")
     u = int(u)
     p.update(segments=segments, servers_per_segment=d, uplinks_per_leaf=u, leaves=segments * s)
@@ -62,7 +72,7 @@ def build(given: dict):
     leaves, d, u, s = p["leaves"], p["servers_per_segment"], p["uplinks_per_leaf"], p["gpus_per_server"]
     radix = p["radix"]
     spines = p["spines"] or _default_spines(leaves, u, radix)
-    require(u % spines == 0, "roft", f"{u} uplinks per leaf do not split evenly over spines={spines}")
+    require(u % spines == 0, NAME, f"{u} uplinks per leaf do not split evenly over spines={spines}")
     lps = u // spines
     spine_ports = leaves * lps
     tiers = p["tiers"]
@@ -70,12 +80,12 @@ def build(given: dict):
         tiers = "2" if not radix or spine_ports <= radix else "3"
     if tiers == "2":
         radix = radix or max(d + u, spine_ports)
-        require(d + u <= radix, "roft", f"port budget exceeded: leaf needs {d}+{u} ports > radix {radix}")
-        require(spine_ports <= radix, "roft", f"port budget exceeded: spine needs {spine_ports} ports > radix "
+        require(d + u <= radix, NAME, f"port budget exceeded: leaf needs {d}+{u} ports > radix {radix}")
+        require(spine_ports <= radix, NAME, f"port budget exceeded: spine needs {spine_ports} ports > radix "
                 f"{radix} (use tiers=auto or 3)")
         p.update(tiers=2, spines=spines, radix=radix)
         return _build_two_tier(p, lps)
-    require(radix > 0, "roft", "three tiers need an explicit radix")
+    require(radix > 0, NAME, "three tiers need an explicit radix")
     p.update(tiers=3, spines=0)
     return _build_three_tier(p)
 
@@ -118,7 +128,7 @@ def _leaves(b: FabricBuilder, p: dict, radix: int, rate: int, up: int):
 def _build_two_tier(p: dict, lps: int):
     rate = gbps_to_bps(p["gpu_gbps"])
     radix, d, u = p["radix"], p["servers_per_segment"], p["uplinks_per_leaf"]
-    b = FabricBuilder("roft")
+    b = FabricBuilder(NAME)
     _gpus(b, p, rate)
     leaf_nodes, leaf_ports = _leaves(b, p, radix, rate, u)
     spine_nodes = [b.switch("spine", 2, k, radix) for k in range(p["spines"])]
@@ -131,31 +141,31 @@ def _build_two_tier(p: dict, lps: int):
             for l in range(lps):
                 b.link(leaf_ports[(leaf, d + 1 + k * lps + l)], spine_ports[(spine, li * lps + l + 1)],
                        rate, "fabric", "fibre")
-    return b.finish(canonical_spec(KIND, p), dict(p, links_per_leaf_spine=lps, pods=1))
+    return b.finish(canonical_spec(NAME, PARAMS, p), dict(p, links_per_leaf_spine=lps, pods=1))
 
 
 def _build_three_tier(p: dict):
     rate = gbps_to_bps(p["gpu_gbps"])
     radix, d, u, leaves = p["radix"], p["servers_per_segment"], p["uplinks_per_leaf"], p["leaves"]
     half = radix // 2
-    require(d + u <= radix, "roft", f"port budget exceeded: leaf needs {d}+{u} ports > radix {radix}")
-    require(u <= half, "roft", f"{u} leaf uplinks exceed the {half} aggregation switches a pod can have")
+    require(d + u <= radix, NAME, f"port budget exceeded: leaf needs {d}+{u} ports > radix {radix}")
+    require(u <= half, NAME, f"{u} leaf uplinks exceed the {half} aggregation switches a pod can have")
     per_pod = min(half, leaves)
-    require(leaves % per_pod == 0, "roft", f"{leaves} leaves do not fill pods of {per_pod}")
+    require(leaves % per_pod == 0, NAME, f"{leaves} leaves do not fill pods of {per_pod}")
     pods = leaves // per_pod
     agg_up = per_pod  # aggregation is non-blocking: as many uplinks as leaves below it
     total_up = pods * u * agg_up
-    require(total_up % radix == 0, "roft", f"{total_up} aggregation uplinks do not fill whole cores of radix {radix}")
+    require(total_up % radix == 0, NAME, f"{total_up} aggregation uplinks do not fill whole cores of radix {radix}")
     cores = total_up // radix
-    require(cores % u == 0, "roft", f"{cores} cores do not split into {u} planes")
+    require(cores % u == 0, NAME, f"{cores} cores do not split into {u} planes")
     per_plane = cores // u
-    require(agg_up % per_plane == 0 and radix % pods == 0, "roft",
+    require(agg_up % per_plane == 0 and radix % pods == 0, NAME,
             f"aggregation uplinks ({agg_up}) or core ports ({radix}) do not divide evenly "
             f"({pods} pods, {per_plane} cores per plane)")
     links_agg_core = agg_up // per_plane
     if links_agg_core * pods != radix:
         raise SpecError(f"roft: core wiring does not close ({links_agg_core} x {pods} pods != radix {radix})")
-    b = FabricBuilder("roft")
+    b = FabricBuilder(NAME)
     _gpus(b, p, rate)
     leaf_nodes, leaf_ports = _leaves(b, p, radix, rate, u)
     agg_nodes, agg_ports = [], {}
@@ -184,10 +194,58 @@ def _build_three_tier(p: dict):
                 for l in range(links_agg_core):
                     b.link(agg_ports[(agg, per_pod + 1 + c * links_agg_core + l)],
                            core_ports[(core, pod * links_agg_core + l + 1)], rate, "fabric", "fibre")
-    return b.finish(canonical_spec(KIND, p), dict(p, pods=pods, leaves_per_pod=per_pod, cores=cores,
+    return b.finish(canonical_spec(NAME, PARAMS, p), dict(p, pods=pods, leaves_per_pod=per_pod, cores=cores,
                                                   links_agg_core=links_agg_core))
 
 
-KIND = FabricKind("roft", "rail-optimized fat-tree: rail leaves per segment, spines (or agg+core at scale)",
-                  PARAMS, build)
-register(KIND)
+def tables(fab: Fabric) -> Tables:
+    """Leaves deliver their rail's GPUs and send the rest up (ECMP); upper tiers send each
+    address down toward its leaf (ECMP over parallel links), or up (ECMP) if not below."""
+    N = fab.n_gpus
+    peer = port_peer(fab)
+    between = ports_between(fab)
+    rows = {sw.id: r for r, sw in enumerate(fab.switches)}
+    ng = np.full((len(fab.switches), N), -1, dtype=np.int64)
+    group = GroupIndex(fab)
+
+    g = np.arange(N)
+    leaf_of = fab.port_node[peer[g]]  # GPU -> its leaf node id
+    order = np.argsort(leaf_of, kind="stable")
+    cuts = np.searchsorted(leaf_of[order], np.unique(leaf_of))
+    gpus_below = dict(zip(np.unique(leaf_of).tolist(), np.split(order, cuts[1:])))
+    neighbours: dict[int, set[int]] = {}
+    up_ports: dict[int, list[int]] = {}
+    for (x, y), ps in between.items():
+        neighbours.setdefault(x, set()).add(y)
+        if fab.nodes[y].tier > fab.nodes[x].tier:
+            up_ports.setdefault(x, []).extend(ps)
+    by_number = lambda p: fab.ports[p].number  # noqa: E731
+    leaves = [sw for sw in fab.switches if sw.group == "leaf"]
+    for sw in fab.switches:
+        r = rows[sw.id]
+        if sw.id in up_ports:  # not below: up, ECMP over every uplink
+            ng[r, :] = group(sorted(up_ports[sw.id], key=by_number))
+        if sw.group == "leaf":
+            local = gpus_below[sw.id]
+            ng[r, local] = peer[local]
+        elif sw.tier == 2:  # spine, or aggregation inside its pod: down toward the GPU's leaf
+            for leaf in neighbours[sw.id]:
+                if fab.nodes[leaf].group == "leaf":
+                    ng[r, gpus_below[leaf]] = group(between[(sw.id, leaf)])
+        else:  # core: down toward the aggregation switch of the GPU's pod in this core's plane
+            for leaf in leaves:
+                aggs = neighbours[leaf.id] & neighbours[sw.id]
+                if aggs:
+                    (agg,) = aggs
+                    ng[r, gpus_below[leaf.id]] = group(between[(sw.id, agg)])
+    return Tables(fab, ng, group.multi)
+
+
+def expected_diameter(fab: Fabric) -> int:
+    """Leaf -> spine -> leaf (two tiers); leaf -> agg -> core -> agg -> leaf (three)."""
+    return {2: 3, 3: 5}[int(fab.params["tiers"])]
+
+
+KIND = FabricKind(NAME, "rail-optimized fat-tree: rail leaves per segment, spines (or agg+core at scale)",
+                  PARAMS, build=build, tables=tables, expected_diameter=expected_diameter,
+                  row_labels={0: "GPUs", 1: "leaf", 2: "spine/agg", 3: "core"})

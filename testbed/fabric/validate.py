@@ -13,8 +13,10 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
+from .kinds import kind_of
 from .model import Fabric
-from .routing import dst_address, forwarding_tables, port_peer
+from .paths import dst_address, forwarding_tables
+from .tables import port_peer
 
 INF = np.int16(1000)
 MAX_PAIRS_FOR_PATH_LENGTH = 4096  # GPUs; average path length needs every ordered pair
@@ -38,19 +40,17 @@ class Report:
 
 
 def validate(fab: Fabric) -> Report:
+    kind = kind_of(fab)
     rep = Report()
     rep.add("port budget", _port_budget(fab))
     rep.add("cabling", _cabling(fab))
-    if fab.kind == "zcube":
-        rep.add("zcube counts", _zcube_counts(fab))
-        rep.add("zcube unique path per source port", _zcube_unique_paths(fab))
+    for name, failure in kind.identity_checks(fab):
+        rep.add(name, failure)
     dist = switch_distances(fab)
     unreachable, diameter = _reachability(fab, dist)
     rep.add("every GPU port pair reachable, no loops", unreachable)
     rep.diameter_switches = diameter
-    expected = {"zcube": 2, "roft": {2: 3, 3: 5}.get(fab.params.get("tiers"))}[fab.kind]
-    if fab.kind == "zcube" and fab.params.get("shortcut"):
-        expected = 2
+    expected = kind.expected_diameter(fab)
     rep.add(f"diameter {expected} switches",
             None if diameter == expected else f"diameter is {diameter} switches, expected {expected}")
     if fab.n_gpus <= MAX_PAIRS_FOR_PATH_LENGTH:
@@ -76,36 +76,6 @@ def _cabling(fab: Fabric) -> str | None:
     peer = port_peer(fab)
     if (fab.port_node[peer[:gp]] < fab.n_gpus).any():
         return "a GPU port is cabled to another GPU"
-    return None
-
-
-def _zcube_counts(fab: Fabric) -> str | None:
-    m, lpp, N = fab.params["switches_per_group"], fab.params["links_per_pair"], fab.n_gpus
-    c = fab.counts()
-    want = {"switches": 2 * m, "nic_links": 2 * N, "fabric_links": m * m * lpp}
-    bad = [f"{k} = {c[k]}, expected {v}" for k, v in want.items() if c[k] != v]
-    return "; ".join(bad) or None
-
-
-def _zcube_unique_paths(fab: Fabric) -> str | None:
-    """A 2-switch path from a.cons must be A(a) -> B(b): a.cons touches only A(a), b.rail only
-    B(b). It is unique iff A(a)-B(b) has exactly one link and no A-A / B-B links exist."""
-    groups = np.array([n.group for n in fab.nodes])
-    ends = fab.link_ends
-    fabric_links = np.array([l.kind == "fabric" for l in fab.links])
-    na, nb = fab.port_node[ends[fabric_links, 0]], fab.port_node[ends[fabric_links, 1]]
-    if (groups[na] == groups[nb]).any():
-        return "links inside a switch group (A-A or B-B) create extra paths"
-    m = fab.params["switches_per_group"]
-    rank = {n.id: n.index for n in fab.switches}
-    pair = np.zeros((m, m), dtype=np.int64)
-    ai = np.array([rank[x] if groups[x] == "A" else rank[y] for x, y in zip(na, nb)], dtype=np.int64)
-    bi = np.array([rank[y] if groups[x] == "A" else rank[x] for x, y in zip(na, nb)], dtype=np.int64)
-    np.add.at(pair, (ai, bi), 1)
-    if fab.params["links_per_pair"] == 1 and (pair != 1).any():
-        return f"{int((pair != 1).sum())} A-B pairs do not have exactly one link"
-    if (pair != fab.params["links_per_pair"]).any():
-        return "A-B pairs differ in link count"
     return None
 
 
@@ -153,13 +123,8 @@ def switch_distances(fab: Fabric) -> np.ndarray:
 
 def _source_sets(fab: Fabric):
     """(source port ids, matching destination address arrays) per source role, all pairs."""
-    N = fab.n_gpus
-    g = np.arange(N)
-    out = []
-    roles = ("cons", "rail") if fab.kind == "zcube" else ("nic",)
-    for k, role in enumerate(roles):
-        out.append((role, g * fab.ports_per_gpu + k))
-    return out
+    g = np.arange(fab.n_gpus)
+    return [(role, g * fab.ports_per_gpu + k) for k, role in enumerate(fab.gpu_port_roles)]
 
 
 def _reachability(fab: Fabric, dist: np.ndarray):

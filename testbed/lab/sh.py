@@ -5,9 +5,11 @@ from __future__ import annotations
 import shlex
 import subprocess
 
+from ..errors import RuntimeFailure
 
-class CommandError(RuntimeError):
-    pass
+
+class CommandError(RuntimeFailure):
+    """A command the lab needed (tc, ip, ovs-*, ...) failed; the message holds its stderr."""
 
 
 def run(cmd: list[str] | str, check: bool = True, input: str | None = None, timeout: float = 60) -> str:

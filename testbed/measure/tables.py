@@ -1,40 +1,47 @@
 """Raw records -> typed tables (pandas, written as Parquet). Every metric is recomputable
-from the raw JSONL that stays in the run folder."""
+from the raw JSONL that stays in the run folder.
+
+Scaling, MTU and split come from the fabric's entry in the run's experiment.json (the resolved
+experiment), never re-derived or re-read from anywhere else.
+"""
 
 from __future__ import annotations
 
-import json
 from pathlib import Path
 
 import numpy as np
 import pandas as pd
 
 from ..fabric.model import Fabric
-from ..jsonl import read_jsonl as _jsonl
+from ..records import read_json, read_jsonl as _jsonl
 
 
 class FabricData:
     """One fabric's raw data of a run, as tables."""
 
-    def __init__(self, fdir: Path):
+    def __init__(self, fdir: Path, resolved: dict):
         self.dir = Path(fdir)
         self.label = self.dir.name
+        self.resolved = resolved
         self.fabric = Fabric.load(self.dir / "fabric.json")
-        self.run = json.loads((self.dir / "run.json").read_text())
+        self.run = read_json(self.dir / "run.json")
         raw = self.dir / "raw"
-        self.plan = json.loads((raw / "plan.json").read_text())
-        clock = json.loads((raw / "run_clock.json").read_text()) if (raw / "run_clock.json").exists() else {}
+        self.plan = read_json(raw / "plan.json")
+        clock = read_json(raw / "run_clock.json") if (raw / "run_clock.json").exists() else {}
         self.t0_ns = clock.get("t0_ns", 0)
         self.messages_posted = clock.get("messages", 0)
-        self.dilation = self.plan["summary"]["dilation"]
-        self.rate_scale = self.run["config"]["emulation"]["rate_scale"]
+        self.dilation = resolved["scaling"]["dilation"]
+        self.rate_scale = resolved["scaling"]["rate_scale"]
+        self.size_scale = resolved["scaling"]["size_scale"]
+        self.mtu_bytes = resolved["emulation"]["mtu_bytes"]
+        self.subflows_per_transfer = resolved["subflows_per_transfer"]
         self.transfers_raw = _jsonl(raw / "transfers.jsonl")
         q = _jsonl(raw / "queues.jsonl")
         self.queue_header = next((r for r in q if r.get("type") == "header"), None)
         self.queue_footer = next((r for r in q if r.get("type") == "footer"), None)
         self.queue_rows = [r for r in q if "t_ns" in r]
         self.cpu_rows = _jsonl(raw / "cpu.jsonl")
-        self.counters = json.loads((raw / "counters.json").read_text()) if (raw / "counters.json").exists() else {}
+        self.counters = read_json(raw / "counters.json") if (raw / "counters.json").exists() else {}
 
     # ---- transfers and requests -----------------------------------------------------
     def messages(self) -> pd.DataFrame:
@@ -58,8 +65,7 @@ class FabricData:
         else:
             per_req = msgs.groupby("req").agg(done_ns=("t_complete_ns", "max"), n=("msg_id", "size"),
                                               ok=("integrity_ok", "all"))
-            expected = pd.DataFrame(self.plan["transfers"]).groupby("req").size() * (
-                2 if self.fabric.kind == "zcube" and self.run_split() == "half" else 1)
+            expected = pd.DataFrame(self.plan["transfers"]).groupby("req").size() * self.subflows_per_transfer
             done = per_req["n"] >= expected.reindex(per_req.index)
             reqs["kv_done_s"] = reqs["req"].map(((per_req["done_ns"] - self.t0_ns) / 1e9).where(done))
             reqs["integrity_ok"] = reqs["req"].map(per_req["ok"])
@@ -68,12 +74,6 @@ class FabricData:
         for col in ("kv_transfer_s", "ttft_s", "prefill_wait_s", "prefill_s"):
             reqs[col.replace("_s", "_real_s")] = reqs[col] / self.dilation
         return reqs
-
-    def run_split(self) -> str:
-        spec = self.dir.parent / "spec.yaml"
-        import yaml
-
-        return yaml.safe_load(spec.read_text())["deployment"]["split"] if spec.exists() else "half"
 
     # ---- queues ---------------------------------------------------------------------
     def queue_arrays(self):
@@ -116,7 +116,7 @@ class FabricData:
             return pd.DataFrame()
         t, ports, b, q, d, x = arr
         rate = self.port_rate_bps(ports)
-        frame = self.run["config"]["emulation"]["mtu_bytes"] + 14
+        frame = self.mtu_bytes + 14
         edges = np.arange(t[0], t[-1] + window_s, window_s)
         idx = np.searchsorted(t, edges)
         idx = np.unique(np.clip(idx, 0, len(t) - 1))

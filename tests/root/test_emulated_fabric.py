@@ -8,7 +8,7 @@ import pytest
 from testbed.emulation import probes
 from testbed.emulation.config import EmulationConfig
 from testbed.emulation.up import LiveFabric
-from testbed.fabric.routing import route
+from testbed.fabric.paths import route
 
 ZCUBE = "zcube:n=4,gpus_per_server=4"
 ROFT = "roft:gpus=16,gpus_per_server=4,segments=2"

@@ -11,6 +11,7 @@ import pandas as pd
 import pytest
 
 from testbed.experiment import spec as especs
+from testbed.experiment.resolve import resolve
 from testbed.experiment.runner import run_experiment
 from testbed.fabric import build_fabric
 from testbed.fabric.load import estimate, pattern
@@ -19,8 +20,8 @@ from .conftest import REPO, bridges
 
 
 def run(tmp_path_factory, name, overrides):
-    spec = especs.load(None, overrides)
-    root, status = run_experiment(spec, results_dir=str(tmp_path_factory.mktemp(name)), log=lambda *_: None,
+    exp = resolve(especs.load(None, overrides))
+    root, status = run_experiment(exp, results_dir=str(tmp_path_factory.mktemp(name)), log=lambda *_: None,
                                   show_progress=False)
     assert status == "complete"
     return root, json.loads((root / "metrics.json").read_text())

@@ -11,9 +11,9 @@ from scapy.utils import rdpcap
 from testbed.emulation import probes
 from testbed.emulation.config import EmulationConfig
 from testbed.emulation.up import LiveFabric
-from traffic import capture, faults
-from traffic.calibrate import iperf3_udp
-from traffic.live import send_message
+from testbed.emulation import capture, faults
+from testbed.emulation.calibrate import iperf3_udp
+from testbed.emulation.agents import send_message
 
 PORT_BPS = 20e6  # 200 Gb/s x rate_scale 1e-4
 

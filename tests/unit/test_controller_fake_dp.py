@@ -8,7 +8,8 @@ import pytest
 from controllers import zlab_routes
 from testbed.emulation.runfolder import flows_document
 from testbed.fabric import build_fabric
-from testbed.fabric.routing import match_flow_entries, route
+from testbed.fabric.openflow import match_flow_entries
+from testbed.fabric.paths import route
 
 try:
     from os_ken.ofproto import ofproto_v1_3 as ofp, ofproto_v1_3_parser as parser

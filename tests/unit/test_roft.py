@@ -5,8 +5,9 @@ import collections
 import pytest
 
 from testbed.fabric import build_fabric
-from testbed.fabric.routing import forwarding_tables, route, switch_seed
-from testbed.fabric.spec import SpecError
+from testbed.fabric.ecmp import switch_seed
+from testbed.fabric.paths import forwarding_tables, route
+from testbed.fabric.params import SpecError
 from testbed.fabric.validate import validate
 
 

@@ -219,7 +219,6 @@ def test_timely_backs_off_on_high_rtt_and_recovers():
 
 
 def test_path_mtu_choices():
-    from traffic.live import default_path_mtu
-    assert default_path_mtu(1500) == 1024 and default_path_mtu(9000) == 4096
+    assert roce.default_path_mtu(1500) == 1024 and roce.default_path_mtu(9000) == 4096
     with pytest.raises(ValueError):
         roce.payload_per_packet(1500)

@@ -6,8 +6,8 @@ import pytest
 
 from testbed.fabric import Fabric, build_fabric
 from testbed.fabric.cost import Prices, compare, comparison_specs, inventory, price
-from testbed.fabric.routing import forwarding_tables
-from testbed.fabric.spec import SpecError
+from testbed.fabric.paths import forwarding_tables
+from testbed.fabric.params import SpecError
 from testbed.fabric.validate import validate
 
 

@@ -9,8 +9,9 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from testbed.fabric import Fabric, build_fabric
-from testbed.fabric.routing import forwarding_tables, route, split_fractions
-from testbed.fabric.spec import SpecError
+from testbed.fabric.model import FabricFileError
+from testbed.fabric.paths import forwarding_tables, route, split_fractions
+from testbed.fabric.params import SpecError
 from testbed.fabric.validate import validate
 
 
@@ -127,7 +128,7 @@ def test_split_policies():
     assert split_fractions(fab) == [("cons", 0.5), ("rail", 0.5)]
     assert split_fractions(fab, "rail") == [("rail", 1.0)]
     assert split_fractions(build_fabric("zcube:n=4,split=cons")) == [("cons", 1.0)]
-    with pytest.raises(ValueError, match="valid: half, cons, rail"):
+    with pytest.raises(SpecError, match="valid: half, cons, rail"):
         split_fractions(fab, "spray")
 
 
@@ -207,5 +208,5 @@ def test_canonical_spec_rebuilds_the_same_fabric():
 
 
 def test_loading_a_foreign_file_fails():
-    with pytest.raises(ValueError, match="not a zlab fabric file"):
+    with pytest.raises(FabricFileError, match="not a zlab fabric file"):
         Fabric.from_json('{"schema": "other"}')

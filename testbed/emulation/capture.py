@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import subprocess
 
-from testbed.emulation.probes import LiveRun
+from .probes import LiveRun
 
 
 def capture_cmd(live: LiveRun, iface: str, out: str, count: int | None, duration_s: float | None) -> list[str]:

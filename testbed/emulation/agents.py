@@ -9,23 +9,16 @@ import time
 
 import numpy as np
 
-from testbed.emulation.probes import LiveRun
-from testbed.fabric.routing import dst_address, split_fractions
+from traffic import roce
+from traffic.agent import Agent, PortSpec
 
-from . import roce
-from .agent import Agent, PortSpec
+from ..fabric.paths import dst_address, split_fractions
+from ..records import JsonLines
+from .probes import LiveRun
 
 
 def run_config(live: LiveRun) -> dict:
     return json.loads((live.dir / "run.json").read_text())["config"]["emulation"]
-
-
-def default_path_mtu(link_mtu: int) -> int:
-    """Largest RoCE path MTU whose packets (with RETH) fit the link MTU."""
-    fitting = [m for m in roce.PATH_MTUS if roce.link_mtu_needed(m) <= link_mtu]
-    if not fitting:
-        raise ValueError(f"link MTU {link_mtu} is too small for RoCE")
-    return fitting[-1]
 
 
 def port_spec(live: LiveRun, port_name: str) -> PortSpec:
@@ -58,7 +51,7 @@ def send_message(live: LiveRun, src: str, dst: str, size_bytes: int, split: str 
     (one per subflow/QP) and the agent's counters."""
     fab = live.fabric
     cfg = run_config(live)
-    path_mtu = path_mtu or default_path_mtu(cfg["mtu_bytes"])
+    path_mtu = path_mtu or roce.default_path_mtu(cfg["mtu_bytes"])
     if src in fab.node_by_name:
         subflows = transfer_ports(live, src, dst, split)
     else:
@@ -66,7 +59,8 @@ def send_message(live: LiveRun, src: str, dst: str, size_bytes: int, split: str 
         role = fab.ports[[p.name for p in fab.ports].index(src)].role
         da = int(dst_address(fab, np.array([gpu]), role, np.array([fab.node_by_name[dst].id]))[0])
         subflows = [(src, fab.ports[da].name, 1.0)]
-    agent = Agent(records_path, rc_opts=rc_opts)
+    records = JsonLines(records_path)
+    agent = Agent(records.write, rc_opts=rc_opts)
     try:
         rng = random.Random(sport)
         sizes = _split_sizes(size_bytes, [share for _, _, share in subflows])
@@ -82,6 +76,7 @@ def send_message(live: LiveRun, src: str, dst: str, size_bytes: int, split: str 
         return agent.done, agent.counters()
     finally:
         agent.close()
+        records.close()
 
 
 def _split_sizes(total: int, shares: list[float]) -> list[int]:

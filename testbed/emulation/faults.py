@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from contextlib import contextmanager
 
-from testbed.emulation.probes import LiveRun
+from .probes import LiveRun
 
 
 @contextmanager

@@ -11,7 +11,7 @@ import subprocess
 import sys
 import time
 
-from testbed.emulation.probes import LiveRun
+from .probes import LiveRun
 
 SERVER = """
 import iperf3, json, sys

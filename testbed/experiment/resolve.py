@@ -1,0 +1,189 @@
+"""One resolved experiment: built once from the spec, before anything is brought up.
+
+Why: every fabric, emulation setting, scaling and workload plan is resolved and checked here,
+so a bad second fabric (or trace, or deployment) fails before the first bring-up, and every
+consumer downstream — runner, dry run, analysis — receives the same object (the run folder
+gets its resolved form once, as experiment.json).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+import numpy as np
+
+from traffic import kvmodel, roce, traces, workload
+
+from ..emulation.config import EmulationConfig, scaled_rate_bps
+from ..errors import UserInputError
+from ..fabric import Fabric, build_fabric
+from ..fabric.kinds import kind_of
+from ..fabric.paths import dst_address, split_fractions, src_port_id, walk
+from ..fabric.validate import validate
+from .spec import ExperimentSpecError
+
+SCHEMA = "zlab.experiment/1"
+ETH_IP_UDP_BTH_BYTES = 14 + 20 + 8 + 12 + 4  # per frame, plus the RoCE payload (ICRC included)
+
+
+@dataclass(frozen=True)
+class Message:
+    """One planned RDMA WRITE: a transfer's share on one source port (one QP per port pair)."""
+
+    transfer: int  # index into plan.transfers
+    src_port: str
+    dst_port: str
+    size_bytes: int  # emulated
+    real_bytes: int
+    share: float
+
+
+@dataclass
+class FabricRun:
+    """Everything one fabric's replay needs, resolved."""
+
+    label: str
+    fabric: Fabric
+    emulation: EmulationConfig
+    plan: workload.Plan
+    split: str | None  # port-split policy given to the kind (None: the kind has one port per GPU)
+    messages: list[Message]
+    figures: dict = field(default_factory=dict)  # the dry-run figures
+
+    @property
+    def subflows_per_transfer(self) -> int:
+        return len(split_fractions(self.fabric, self.split))
+
+    def resolved(self) -> dict:
+        """The run folder's record of this fabric's resolution (read back by the analysis)."""
+        return {"fabric": self.fabric.spec, "kind": self.fabric.kind, "emulation": self.emulation.to_dict(),
+                "split": self.split, "subflows_per_transfer": self.subflows_per_transfer,
+                "scaling": {"rate_scale": self.plan.scaling.rate_scale, "size_scale": self.plan.scaling.size_scale,
+                            "dilation": self.plan.scaling.dilation, "load_factor": self.plan.scaling.load_factor},
+                "plan": self.plan.summary(), "figures": self.figures}
+
+
+@dataclass
+class Experiment:
+    spec: dict  # the validated spec, defaults filled in
+    fabrics: dict[str, FabricRun]
+
+    @property
+    def measurement(self) -> dict:
+        return self.spec["measurement"]
+
+    def resolved(self) -> dict:
+        return {"schema": SCHEMA, "spec": self.spec,
+                "fabrics": {label: fr.resolved() for label, fr in self.fabrics.items()}}
+
+
+def resolve(spec: dict) -> Experiment:
+    """Resolve every part of a validated spec; any bad part raises before anything runs."""
+    w, d = spec["workload"], spec["deployment"]
+    trace = _user(lambda: traces.read(w["trace"]), "workload.trace")
+    model = _user(lambda: kvmodel.model(w["model"]), "workload.model")
+    _user(model.kv_bytes_per_token, "workload.model")
+    times = kvmodel.TimeModel(w["prefill_overhead_s"], w["prefill_tokens_per_s"], w["first_decode_step_s"])
+    fabrics = {}
+    for label, fabric_spec in spec["fabrics"].items():
+        fabrics[label] = _resolve_fabric(spec, label, fabric_spec, trace, model, times)
+    return Experiment(spec, fabrics)
+
+
+def _user(fn, where: str):
+    """Run fn; a ValueError from the traffic core is the user's input, named by its field."""
+    try:
+        return fn()
+    except (ValueError, TypeError) as exc:
+        raise ExperimentSpecError(f"spec error at {where}: {exc}") from None
+
+
+def _resolve_fabric(spec: dict, label: str, fabric_spec: str, trace, model, times) -> FabricRun:
+    where = f"fabrics.{label}"
+    try:
+        fab = build_fabric(fabric_spec)
+    except UserInputError as exc:
+        raise ExperimentSpecError(f"spec error at {where}: {exc}") from None
+    rep = validate(fab)
+    if not rep.ok:
+        raise ExperimentSpecError(f"spec error at {where}: the fabric does not validate: "
+                                  + "; ".join(f"{k}: {v}" for k, v in rep.checks.items() if v != "ok"))
+    em = spec["emulation"]
+    cfg = EmulationConfig(rate_scale=em["rate_scale"], mtu_bytes=em["mtu_bytes"], queue_limit_pkts=em["queue_limit_pkts"])
+    try:
+        cfg.validate(fab)
+    except UserInputError as exc:
+        raise ExperimentSpecError(f"spec error at emulation (for {where}): {exc}") from None
+    d, w = spec["deployment"], spec["workload"]
+    if roce.link_mtu_needed(d["path_mtu"]) > em["mtu_bytes"]:
+        raise ExperimentSpecError(f"spec error at deployment.path_mtu: {d['path_mtu']} needs a link MTU of "
+                                  f"{roce.link_mtu_needed(d['path_mtu'])}; emulation.mtu_bytes is {em['mtu_bytes']}")
+    split = d["split"] if kind_of(fab).split_policies else None
+    plan = _user(lambda: workload.plan(
+        trace, model, times, fab.n_gpus, int(fab.params["gpus_per_server"]), float(fab.params["gpu_gbps"]) * 1e9,
+        rate_scale=em["rate_scale"], size_scale=w["size_scale"], tp=d["tp"], prefill_instances=d["prefill_instances"],
+        decode_instances=d["decode_instances"], mapping=d["mapping"], scheduler=d["scheduler"],
+        offered_load=w.get("offered_load"), load_factor=w.get("load_factor"), start_index=w["start_index"],
+        requests=w["requests"], prefix_reuse=w["prefix_reuse"], seed=spec["seed"]), f"workload/deployment ({where})")
+    fr = FabricRun(label, fab, cfg, plan, split, _messages(fab, plan, split))
+    fr.figures = _figures(fr, d["path_mtu"])
+    return fr
+
+
+def _messages(fab: Fabric, plan: workload.Plan, split: str | None) -> list[Message]:
+    parts = split_fractions(fab, split)
+    out = []
+    for i, t in enumerate(plan.transfers):
+        for role, share in parts:
+            sp = int(src_port_id(fab, t.src_gpu, role))
+            da = int(dst_address(fab, t.src_gpu, role, t.dst_gpu))
+            out.append(Message(i, fab.ports[sp].name, fab.ports[da].name, max(1, int(t.bytes * share)),
+                               int(t.real_bytes * share), share))
+    return out
+
+
+def _figures(fr: FabricRun, path_mtu: int) -> dict:
+    """What the dry run prints: rates, scaling, volume, expected duration and peak packet rate.
+
+    The duration and peak rate assume each NIC port sends its messages FIFO at line rate from
+    their post times (the pacer's behaviour), with no fabric congestion: a lower bound on the
+    duration and an upper bound on the packet rate the datapath must forward.
+    """
+    fab, plan, cfg = fr.fabric, fr.plan, fr.emulation
+    port = {p.name: p for p in fab.ports[: fab.n_gpus * fab.ports_per_gpu]}
+    frame = path_mtu + ETH_IP_UDP_BTH_BYTES + 16  # + RETH on first packets (upper bound per frame)
+    rates = sorted({scaled_rate_bps(l.rate_bps, cfg) for l in fab.links})
+    # switches crossed per message: every ECMP member has the same length, so one walk says it
+    hops = {}
+    for m in fr.messages:
+        key = (m.src_port, m.dst_port)
+        if key not in hops:
+            sp, dp = port[m.src_port].id, port[m.dst_port].id
+            hops[key] = int(walk(fab, [sp], [dp], -1).n_hops[0])
+    busy_until: dict[str, float] = {}
+    events = []  # (t, +/- frames per second, +/- forwards per second)
+    for m in sorted(fr.messages, key=lambda m: plan.transfers[m.transfer].t_post_s):
+        r = scaled_rate_bps(port[m.src_port].rate_bps, cfg)
+        start = max(plan.transfers[m.transfer].t_post_s, busy_until.get(m.src_port, 0.0))
+        n_frames = -(-m.size_bytes // path_mtu)
+        dur = (m.size_bytes + n_frames * (frame - path_mtu)) * 8 / r
+        busy_until[m.src_port] = start + dur
+        fps = r / 8 / frame
+        events += [(start, fps, fps * hops[(m.src_port, m.dst_port)]), (start + dur, -fps, -fps * hops[(m.src_port, m.dst_port)])]
+    events.sort(key=lambda e: (e[0], e[1]))
+    ev = np.array([(e[1], e[2]) for e in events]) if events else np.zeros((0, 2))
+    run_fps = np.cumsum(ev[:, 0]) if len(ev) else np.zeros(1)
+    run_fwd = np.cumsum(ev[:, 1]) if len(ev) else np.zeros(1)
+    end = max(busy_until.values()) if busy_until else 0.0
+    return {
+        "link_rates_mbps": [r / 1e6 for r in rates],
+        "rate_scale": plan.scaling.rate_scale, "size_scale": plan.scaling.size_scale,
+        "dilation": plan.scaling.dilation, "load_factor": plan.scaling.load_factor,
+        "requests": len(plan.requests), "transfers": len(plan.transfers), "messages": len(fr.messages),
+        "emulated_bytes": int(sum(m.size_bytes for m in fr.messages)),
+        "real_bytes": int(sum(m.real_bytes for m in fr.messages)),
+        "frames_per_message_p50": float(np.median([-(-m.size_bytes // path_mtu) for m in fr.messages])),
+        "expected_emulated_duration_s": float(end), "expected_real_duration_s": float(end / plan.scaling.dilation),
+        "peak_nic_frames_per_s": float(run_fps.max(initial=0.0)),
+        "peak_switch_forwards_per_s": float(run_fwd.max(initial=0.0)),
+    }

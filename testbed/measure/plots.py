@@ -1,0 +1,124 @@
+"""Plots of a run, one function per figure; every axis names its unit and says emulated or real."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import numpy as np
+import pandas as pd
+
+from .tables import FabricData
+
+
+def _plt():
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    return plt
+
+
+def _save(fig, out: Path, name: str) -> str:
+    fig.tight_layout()
+    fig.savefig(out / name, dpi=110)
+    _plt().close(fig)
+    return name
+
+
+def queue_over_time(tables: dict[str, dict], out: Path) -> str:
+    plt = _plt()
+    labels = list(tables)
+    fig, axes = plt.subplots(len(labels), 1, figsize=(10, 3 * len(labels)), squeeze=False, sharex=True)
+    for ax, lab in zip(axes[:, 0], labels):
+        qs = tables[lab]["queue_samples"]
+        if not qs.empty:
+            for tier, g in qs.groupby("tier"):
+                s = g.groupby("t_s")["backlog_bytes"].max() / 1024
+                ax.plot(s.index, s.values, lw=0.8, label=tier)
+            ax.legend(fontsize=7, loc="upper right")
+        ax.set_title(f"{lab}: max egress backlog per switch tier", fontsize=9)
+        ax.set_ylabel("KiB (emulated)")
+    axes[-1, 0].set_xlabel("emulated time (s)")
+    return _save(fig, out, "queue_over_time.png")
+
+
+def max_queue_heatmap(tables: dict[str, dict], out: Path) -> str:
+    plt = _plt()
+    labels = list(tables)
+    fig, axes = plt.subplots(1, len(labels), figsize=(5 * len(labels), 4), squeeze=False)
+    for ax, lab in zip(axes[0], labels):
+        qs = tables[lab]["queue_samples"]
+        if qs.empty:
+            continue
+        mx = qs.groupby("port")["backlog_bytes"].max()
+        sw = mx.index.str.rsplit("-p", n=1).str[0]
+        num = mx.index.str.rsplit("-p", n=1).str[1].astype(int)
+        grid = pd.DataFrame({"sw": sw, "num": num, "v": mx.values / 1024}).pivot(index="sw", columns="num", values="v")
+        im = ax.imshow(grid.values, aspect="auto", cmap="viridis")
+        ax.set_yticks(range(len(grid.index)), grid.index, fontsize=7)
+        ax.set_xticks(range(len(grid.columns)), grid.columns, fontsize=7)
+        ax.set_xlabel("port")
+        ax.set_title(f"{lab}: max egress queue (KiB, emulated)", fontsize=9)
+        fig.colorbar(im, ax=ax)
+    return _save(fig, out, "max_queue_heatmap.png")
+
+
+def completion_cdf(tables: dict[str, dict], out: Path, column: str, name: str, title: str) -> str:
+    plt = _plt()
+    fig, ax = plt.subplots(figsize=(6, 4))
+    for lab in tables:
+        v = np.sort(tables[lab]["requests"][column].dropna().values * 1e3)
+        if v.size:
+            ax.step(v, np.arange(1, v.size + 1) / v.size, where="post", label=f"{lab} (n={v.size})")
+    ax.set_xlabel(f"{title}, real-cluster ms")
+    ax.set_ylabel("CDF")
+    ax.set_title(title, fontsize=9)
+    ax.grid(alpha=0.3)
+    ax.legend(fontsize=8)
+    return _save(fig, out, name)
+
+
+def link_util_heatmap(tables: dict[str, dict], out: Path) -> str:
+    plt = _plt()
+    labels = list(tables)
+    fig, axes = plt.subplots(len(labels), 1, figsize=(10, 3.2 * len(labels)), squeeze=False)
+    for ax, lab in zip(axes[:, 0], labels):
+        lu = tables[lab]["link_util"]
+        if lu.empty:
+            continue
+        used = lu.groupby("port")["carried_util"].max()
+        ports = used[used > 0].index
+        grid = lu[lu["port"].isin(ports)].pivot(index="port", columns="t_s", values="offered_util")
+        im = ax.imshow(grid.values, aspect="auto", cmap="magma", vmin=0, vmax=max(1.0, float(np.nanmax(grid.values))),
+                       extent=[grid.columns.min(), grid.columns.max(), len(grid.index), 0])
+        ax.set_yticks(np.arange(len(grid.index)) + 0.5, grid.index, fontsize=5)
+        ax.set_title(f"{lab}: offered utilisation of each loaded switch egress port", fontsize=9)
+        ax.set_xlabel("emulated time (s)")
+        fig.colorbar(im, ax=ax)
+    return _save(fig, out, "link_util_heatmap.png")
+
+
+def nic_kv_bytes(datas: dict[str, FabricData], tables: dict[str, dict], out: Path) -> str:
+    plt = _plt()
+    labels = list(tables)
+    fig, axes = plt.subplots(1, len(labels), figsize=(6 * len(labels), 3.5), squeeze=False)
+    for ax, lab in zip(axes[0], labels):
+        nb = tables[lab]["nic_bytes"]
+        if nb.empty:
+            continue
+        nb = nb[nb["sent_bytes"] > 0]
+        ax.bar(nb["port"], nb["sent_bytes"] / datas[lab].size_scale / 1e9)
+        ax.set_ylabel("KV sent, real GB")
+        ax.tick_params(axis="x", rotation=90, labelsize=6)
+        ax.set_title(f"{lab}: KV bytes per NIC port", fontsize=9)
+    return _save(fig, out, "nic_kv_bytes.png")
+
+
+def all_plots(datas: dict[str, FabricData], tables: dict[str, dict], out: Path) -> list[str]:
+    """Every figure of the report, in report order; returns their file names."""
+    out.mkdir(parents=True, exist_ok=True)
+    return [queue_over_time(tables, out), max_queue_heatmap(tables, out),
+            completion_cdf(tables, out, "kv_transfer_real_s", "kv_completion_cdf.png", "KV-transfer completion time"),
+            completion_cdf(tables, out, "ttft_real_s", "ttft_cdf.png", "TTFT"),
+            link_util_heatmap(tables, out), nic_kv_bytes(datas, tables, out)]
