@@ -74,11 +74,12 @@ def read_jsonl(path) -> Records:
     return Records(out, torn)
 
 
-def write_json(path, obj) -> None:
-    """Write a JSON document atomically (readers never see half a file)."""
+def write_json(path, obj, sort_keys: bool = True) -> None:
+    """Write a JSON document atomically (readers never see half a file). sort_keys=False keeps
+    an order that means something (the fabrics of an experiment, in the order given)."""
     tmp = f"{path}.tmp"
     with open(tmp, "w", encoding="utf-8") as fh:
-        json.dump(obj, fh, indent=2, sort_keys=True)
+        json.dump(obj, fh, indent=2, sort_keys=sort_keys)
         fh.write("\n")
     os.replace(tmp, path)
 

@@ -116,7 +116,6 @@ def build(fab: Fabric, cfg: EmulationConfig, run_id: str, registry: Registry, co
           miswire: list[tuple[int, int]] | None = None) -> Emulation:
     cfg.validate(fab)
     dp = resolve_datapath(cfg)
-    precheck_names(fab)
     Mininet, Host, ZlabSwitch, RemoteController, Link = _mininet()
     em = Emulation(fab, cfg, run_id, registry, datapath=dp, miswired=list(miswire or []))
     for sw in fab.switches:

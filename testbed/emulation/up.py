@@ -84,6 +84,7 @@ class LiveFabric:
         if not rep.ok:
             raise EmulationError(f"the fabric model does not validate: {rep.checks}")
         self.cfg.validate(fab)  # before the run folder or any process exists
+        network.precheck_names(fab)
         miswire = network.pick_miswire(fab, self.miswire_spec) if self.miswire_spec is not None else []
         t0 = time.perf_counter()
         self.dir = runfolder.create(self.results_dir, self.run_id, fab,

@@ -121,7 +121,7 @@ def run_experiment(exp: Experiment, results_dir: str = "results", run_id: str | 
     run_id = run_id or f"run-{dt.datetime.now():%Y%m%d-%H%M%S}-{os.getpid()}"
     root = Path(results_dir) / run_id
     root.mkdir(parents=True, exist_ok=False)
-    write_json(root / "experiment.json", exp.resolved())
+    write_json(root / "experiment.json", exp.resolved(), sort_keys=False)
     write_json(root / "run.json", {"run_id": run_id, "status": "running", "git_sha": runfolder.git_sha(),
                                    "versions": runfolder.versions(), "fabrics": exp.spec["fabrics"],
                                    "started": dt.datetime.now().isoformat(timespec="seconds")})

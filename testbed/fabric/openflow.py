@@ -4,7 +4,7 @@ that picks the entry a switch would pick (for tests and tools)."""
 from __future__ import annotations
 
 from . import ids
-from .ecmp import ecmp_window
+from .ecmp import ecmp_table, ecmp_window
 from .tables import Tables
 
 
@@ -27,11 +27,12 @@ def flow_entries(tables: "Tables", switch: str) -> list[dict]:
         match = {"ipv4_dst": e["dst_ip"], "ipv4_mask": mask}
         out.append({"priority": base, **match, "udp_src": None, "out_port": ports[0]})
         if len(ports) > 1:
-            shift, bits, xor = ecmp_window(seed, len(ports))
+            shift, bits = ecmp_window(seed, len(ports))
+            table = ecmp_table(seed, len(ports))
             for b in range(1 << bits):
                 out.append({"priority": base + PRIORITY_UDP_BUCKET, **match,
-                            "udp_src": [(b ^ xor) << shift, ((1 << bits) - 1) << shift],
-                            "out_port": ports[b % len(ports)]})
+                            "udp_src": [b << shift, ((1 << bits) - 1) << shift],
+                            "out_port": ports[int(table[b])]})
     return out
 
 

@@ -57,9 +57,11 @@ def test_building_over_a_foreign_bridge_is_refused(tmp_path):
     sh("ovs-vsctl --may-exist add-br za0 -- set bridge za0 datapath_type=netdev")
     try:
         proc = zlab("up", ZCUBE, "--no-cli", "--duration", "1", "--results", str(tmp_path))
-        assert proc.returncode == 2
-        assert "names already in use: bridges ['za0']" in proc.stderr
+        assert proc.returncode == 1  # a lab-state conflict is a runtime failure, not bad input
+        assert proc.stderr.strip().splitlines() == [proc.stderr.strip()]  # one line
+        assert "zlab: failed: names already in use: bridges ['za0']" in proc.stderr
         assert "za0" in bridges()  # untouched
+        assert not any(tmp_path.iterdir())  # refused before a run folder or a process existed
     finally:
         sh("ovs-vsctl --if-exists del-br za0")
 
