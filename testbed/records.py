@@ -24,14 +24,16 @@ class RecordError(Exception):
 
 
 class JsonLines:
-    """Append-only JSON-lines writer; a None path writes nothing (records disabled)."""
+    """Append-only JSON-lines writer; a None path writes nothing (records disabled).
+    compact=True drops spaces (for high-rate samples)."""
 
-    def __init__(self, path):
+    def __init__(self, path, compact: bool = False):
         self._fh = open(path, "a", encoding="utf-8") if path else None
+        self._sep = (",", ":") if compact else (", ", ": ")
 
     def write(self, rec: dict) -> None:
         if self._fh:
-            self._fh.write(json.dumps(rec, sort_keys=True) + "\n")
+            self._fh.write(json.dumps(rec, sort_keys=True, separators=self._sep) + "\n")
             self._fh.flush()
 
     def close(self) -> None:

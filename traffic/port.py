@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import ctypes
 import os
+import platform
 import socket
 import struct
 from contextlib import contextmanager
@@ -26,6 +27,50 @@ _BPF = [
     (0xB1, 0, 0, 0x0000000E), (0x48, 0, 0, 0x00000010), (0x15, 0, 1, 0x000012B7),
     (0x06, 0, 0, 0x00040000), (0x06, 0, 0, 0x00000000),
 ]
+
+
+class _EpollEvent(ctypes.Structure):
+    # struct epoll_event is packed on x86-64 (12 bytes), naturally aligned elsewhere
+    _pack_ = 1 if platform.machine() in ("x86_64", "AMD64") else 0
+    _fields_ = [("events", ctypes.c_uint32), ("data", ctypes.c_uint64)]
+
+
+class _Timespec(ctypes.Structure):
+    _fields_ = [("tv_sec", ctypes.c_long), ("tv_nsec", ctypes.c_long)]
+
+
+class PreciseEpoll:
+    """epoll whose timeout is in nanoseconds (epoll_pwait2, Linux >= 5.11).
+
+    Why: select.epoll.poll rounds its timeout up to whole milliseconds, so a message due in
+    0.2 ms was released up to 1 ms late, and the KV time measured from its planned release
+    grew by that much. Falls back to millisecond epoll where epoll_pwait2 is missing.
+    """
+
+    MAX_EVENTS = 64
+
+    def __init__(self, ep):
+        self.ep = ep
+        self._fn = getattr(_libc, "epoll_pwait2", None)
+        self._buf = (_EpollEvent * self.MAX_EVENTS)()
+        self.precise = self._fn is not None
+        if self._fn is not None:
+            self._fn.argtypes = [ctypes.c_int, ctypes.POINTER(_EpollEvent), ctypes.c_int,
+                                 ctypes.POINTER(_Timespec), ctypes.c_void_p]
+            self._fn.restype = ctypes.c_int
+
+    def poll_ns(self, timeout_ns: int) -> list[int]:
+        """File descriptors that became ready within timeout_ns (0: do not wait)."""
+        if self._fn is None:
+            return [fd for fd, _ in self.ep.poll(max(0.0, timeout_ns / 1e9))]
+        ts = _Timespec(timeout_ns // 1_000_000_000, timeout_ns % 1_000_000_000)
+        n = self._fn(self.ep.fileno(), self._buf, self.MAX_EVENTS, ctypes.byref(ts), None)
+        if n < 0:
+            err = ctypes.get_errno()
+            if err == 4:  # EINTR: a signal; the caller loops anyway
+                return []
+            raise OSError(err, f"epoll_pwait2: {os.strerror(err)}")
+        return [self._buf[i].data & 0xFFFFFFFF for i in range(n)]
 
 
 def _setns(fd: int) -> None:
@@ -72,24 +117,28 @@ def open_packet_socket(ifname: str, netns_pid: int | None, buf_bytes: int = 8 <<
 
 
 class Pacer:
-    """Token bucket in bytes at rate_bps, depth `burst_bytes` (a couple of frames)."""
+    """Token bucket in bytes at rate_bps. A frame may leave when the bucket is not negative; it
+    then takes its length out, so frames leave exactly at line rate. `burst_bytes` is only the
+    credit an idle port may bank — the slack that absorbs the event loop waking late (its
+    timeouts are whole milliseconds) — so at most one frame plus that slack ever leaves ahead of
+    the exact schedule."""
 
     def __init__(self, rate_bps: float, burst_bytes: int, now_ns: int):
         self.rate_bps = float(rate_bps)
         self.burst = burst_bytes
-        self.tokens = float(burst_bytes)
+        self.tokens = 0.0
         self.t = now_ns
 
     def refill(self, now_ns: int) -> None:
         self.tokens = min(self.burst, self.tokens + (now_ns - self.t) * self.rate_bps / 8e9)
         self.t = now_ns
 
-    def can_send(self, nbytes: int) -> bool:
-        return self.tokens >= nbytes
+    def ready(self) -> bool:
+        return self.tokens >= 0
 
     def consume(self, nbytes: int) -> None:
         self.tokens -= nbytes
 
-    def wait_ns(self, nbytes: int) -> int:
-        missing = nbytes - self.tokens
-        return 0 if missing <= 0 else int(missing * 8e9 / self.rate_bps) + 1
+    def wait_ns(self) -> int:
+        """ns until a frame may leave."""
+        return 0 if self.tokens >= 0 else int(-self.tokens * 8e9 / self.rate_bps) + 1

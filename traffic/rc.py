@@ -26,7 +26,8 @@ class Message:
     rkey: int = 0x5A4C
     first_psn: int = 0
     n_packets: int = 0
-    t_post_ns: int = 0
+    t_post_ns: int = 0  # when the agent released it to the QP
+    t_due_ns: int | None = None  # when it was scheduled to be released (None: at once)
     t_first_tx_ns: int | None = None
     t_complete_ns: int | None = None
     data_crc: int = 0

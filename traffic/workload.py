@@ -121,6 +121,24 @@ def rank_map(mapping: str, tp: int, rng: random.Random) -> list[int]:
 
 
 def plan(trace: list[TraceRequest], model: ModelShape, times: TimeModel, n_gpus: int, gpus_per_server: int,
+         gpu_bps: float, *, offered_load: float | None = None, load_factor: float | None = None, **kw) -> Plan:
+    """Plan a replay. `offered_load` counts the KV bytes that actually move (after prefix reuse):
+    the load factor is corrected until the plan offers what was asked (offered bytes scale
+    linearly with it, so one correction is exact unless reuse depends on timing)."""
+    if (offered_load is None) == (load_factor is None):
+        raise ValueError("give exactly one of offered_load or load_factor")
+    if load_factor is not None:
+        return _plan_once(trace, model, times, n_gpus, gpus_per_server, gpu_bps, load_factor=load_factor, **kw)
+    p = _plan_once(trace, model, times, n_gpus, gpus_per_server, gpu_bps, offered_load=offered_load, **kw)
+    for _ in range(4):
+        if abs(p.offered_load / offered_load - 1) < 1e-6:
+            break
+        lf = p.scaling.load_factor * offered_load / p.offered_load
+        p = _plan_once(trace, model, times, n_gpus, gpus_per_server, gpu_bps, load_factor=lf, **kw)
+    return p
+
+
+def _plan_once(trace: list[TraceRequest], model: ModelShape, times: TimeModel, n_gpus: int, gpus_per_server: int,
          gpu_bps: float, *, rate_scale: float, size_scale: float, tp: int, prefill_instances: int,
          decode_instances: int, mapping: str = "rail-aligned", scheduler: str = "round-robin",
          offered_load: float | None = None, load_factor: float | None = None, start_index: int = 0,

@@ -8,11 +8,21 @@ from ..errors import UserInputError
 from .output import fmt, print_json, print_table
 
 
-def _resolved(args_spec, overrides):
+def _resolved(args_spec, overrides, preset: str = "as-given", budget_s: float = 600.0):
+    """The experiment resolved once, with the planner's choice applied (queue-faithful) or
+    assessed (as-given)."""
+    from ..experiment import planner
     from ..experiment import spec as especs
     from ..experiment.resolve import resolve
 
-    return resolve(especs.load(args_spec, overrides))
+    exp = resolve(especs.load(args_spec, overrides))
+    if preset == "queue-faithful":
+        choice = planner.queue_faithful(exp, budget_s)
+        exp = resolve(especs.load(args_spec, (overrides or []) + planner.overrides(choice)))
+        exp.scaling_choice = planner.assess(exp, preset).to_dict()
+    else:
+        exp.scaling_choice = planner.assess(exp, preset).to_dict()
+    return exp
 
 
 def print_plan(exp) -> None:
@@ -37,28 +47,44 @@ def print_plan(exp) -> None:
               f"({f['expected_real_duration_s']:.2f} s real) without congestion")
         print(f"  expected peak packet rate  {f['peak_nic_frames_per_s']:,.0f} frames/s from NICs, "
               f"{f['peak_switch_forwards_per_s']:,.0f} switch forwards/s")
+    if exp.scaling_choice:
+        from ..experiment.planner import Choice, describe
+
+        print()
+        for line in describe(Choice(**exp.scaling_choice)):
+            print(line)
+
+
+def _ci_ms(c: dict, scale: float = 1e3, f: str = "{:.2f}") -> str:
+    if c["mean"] is None:
+        return "—"
+    return f.format(scale * c["mean"]) + ("" if c["ci95"] is None else " ± " + f.format(scale * c["ci95"]))
 
 
 def _summary(root, metrics) -> None:
+    """Means ± 95 % CI over repeats, and the verdict, per fabric."""
     rows = []
-    for lab, m in metrics.items():
-        kv, tt, f = m["kv_transfer_real_s"], m["ttft_real_s"], m["fidelity"]
-        rows.append({"fabric": lab, "kv50": kv["p50"], "kv99": kv["p99"], "tt50": tt["p50"], "tt99": tt["p99"],
-                     "queue": (m["queue_max_bytes"] or 0) / 1024, "util": m["max_offered_link_util"],
-                     "verdict": "valid" if f["valid"] else "INVALID: " + "; ".join(f["reasons"])})
-    ms = lambda v: fmt(None if v is None else 1e3 * v)  # noqa: E731
-    print_table(rows, [("fabric", "fabric", None), ("kv50", "KV p50 ms", ms), ("kv99", "KV p99 ms", ms),
-                       ("tt50", "TTFT p50 ms", ms), ("tt99", "TTFT p99 ms", ms),
-                       ("queue", "max queue KiB (emul.)", lambda v: fmt(v, "{:.1f}")),
-                       ("util", "max offered util", None), ("verdict", "fidelity", None)])
-    print(f"[zlab] report: {root}/report.md  (times in real-cluster ms)")
+    for lab, f in metrics.get("fabrics", {}).items():
+        s = f["summary"]
+        rows.append({"fabric": lab, "n": str(s["repeats"]), "kv50": _ci_ms(s["kv_p50_real_s"]),
+                     "kv99": _ci_ms(s["kv_p99_real_s"]), "q": _ci_ms(s["queue_delay_max_real_s"], 1e6, "{:.0f}"),
+                     "util": _ci_ms(s["max_offered_util"], 1, "{:.2f}"),
+                     "verdict": "valid" if s["fidelity"]["valid"] else "INVALID: " + "; ".join(s["fidelity"]["reasons"][:3])})
+    print_table(rows, [("fabric", "fabric", None), ("n", "repeats", None), ("kv50", "KV p50 ms", None),
+                       ("kv99", "KV p99 ms", None), ("q", "max queueing µs", None), ("util", "max offered util", None),
+                       ("verdict", "fidelity", None)])
+    c = metrics.get("comparison")
+    if c:
+        k = c["kv_p99_real_s"]
+        print(f"[zlab] {c['a']}/{c['b']} KV p99 ratio {_ci_ms(k['ratio'], 1)}; {c['a']} better in {k['a_better']} of {k['n']}")
+    print(f"[zlab] report: {root}/report.md  (real-cluster ms and µs, mean ± 95 % CI over repeats)")
 
 
 def cmd_run(args) -> int:
     from ..experiment.runner import run_experiment
     from ..records import read_json
 
-    exp = _resolved(args.spec, args.set)  # every part checked before anything is brought up
+    exp = _resolved(args.spec, args.set, args.preset, args.budget_s)  # every part checked before bring-up
     if args.dry_run:
         print_plan(exp)
         return 0
@@ -68,7 +94,7 @@ def cmd_run(args) -> int:
     _summary(root, metrics)
     if status != "complete":
         return 130
-    return 0 if all(m["fidelity"]["valid"] for m in metrics.values()) else 3
+    return 0 if all(f["summary"]["fidelity"]["valid"] for f in metrics.get("fabrics", {}).values()) else 3
 
 
 def cmd_sweep(args) -> int:
@@ -98,22 +124,23 @@ def compare_roots(roots, as_json=False) -> int:
         if not (r / "metrics.json").exists() or not (r / "experiment.json").exists():
             raise RunFolderError(f"{r}: no metrics.json/experiment.json; is it a finished zlab run folder?")
         metrics, spec = read_json(r / "metrics.json"), read_json(r / "experiment.json")["spec"]
-        for lab, m in metrics.items():
-            ms = lambda v: None if v is None else 1e3 * v  # noqa: E731
+        for lab, f in metrics["fabrics"].items():
+            s = f["summary"]
+            ms = lambda c: None if c["mean"] is None else 1e3 * c["mean"]  # noqa: E731
             rows.append({"run": r.name, "fabric": lab, "mapping": spec["deployment"]["mapping"],
-                         "offered_load": spec["workload"].get("offered_load"),
-                         "kv_p50_real_ms": ms(m["kv_transfer_real_s"]["p50"]),
-                         "kv_p99_real_ms": ms(m["kv_transfer_real_s"]["p99"]),
-                         "ttft_p99_real_ms": ms(m["ttft_real_s"]["p99"]),
-                         "queue_max_emulated_kib": (m["queue_max_bytes"] or 0) / 1024,
-                         "max_offered_util": m["max_offered_link_util"], "valid": m["fidelity"]["valid"]})
+                         "offered_load": spec["workload"].get("offered_load"), "repeats": s["repeats"],
+                         "kv_p50_real_ms": ms(s["kv_p50_real_s"]), "kv_p99_real_ms": ms(s["kv_p99_real_s"]),
+                         "ttft_p99_real_ms": ms(s["ttft_p99_real_s"]),
+                         "queue_delay_max_real_us": None if s["queue_delay_max_real_s"]["mean"] is None
+                         else 1e6 * s["queue_delay_max_real_s"]["mean"],
+                         "max_offered_util": s["max_offered_util"]["mean"], "valid": s["fidelity"]["valid"]})
     if as_json:
         print_json(rows)
         return 0
     print_table(rows, [("run", "run", None), ("fabric", "fabric", None), ("mapping", "mapping", None),
                        ("kv_p50_real_ms", "KV p50 ms", None), ("kv_p99_real_ms", "KV p99 ms", None),
                        ("ttft_p99_real_ms", "TTFT p99 ms", None),
-                       ("queue_max_emulated_kib", "max queue KiB (emul.)", lambda v: fmt(v, "{:.1f}")),
+                       ("queue_delay_max_real_us", "max queueing µs", lambda v: fmt(v, "{:.0f}")),
                        ("max_offered_util", "max util", None), ("valid", "valid", None)])
     return 0
 
@@ -142,7 +169,13 @@ def add_commands(sub) -> None:
     ru.add_argument("spec", nargs="?", help="YAML experiment spec merged over the built-in default")
     ru.add_argument("--dry-run", action="store_true",
                     help="resolve everything and print the plan per fabric (rates, scaling, messages, bytes, "
-                         "expected duration and peak packet rate); bring nothing up")
+                         "expected duration and peak packet rate) and the scaling planner's trade-off; bring nothing up")
+    ru.add_argument("--preset", choices=("as-given", "queue-faithful"), default="as-given",
+                    help="as-given: the spec's scales (the default spec is the fast preset); queue-faithful: the "
+                         "planner picks rate and size scales so the XOFF is >= 4 frames and the peak stays within "
+                         "70 %% of the measured capacity, and cuts requests to the budget")
+    ru.add_argument("--budget-s", type=float, default=600.0,
+                    help="wall-time budget for --preset queue-faithful, seconds (default 600)")
     experiment_args(ru)
     ru.set_defaults(func=cmd_run)
     sw = sub.add_parser("sweep", help="run a spec once per value of one field, then compare")
@@ -152,7 +185,7 @@ def add_commands(sub) -> None:
     sw.add_argument("--json", action="store_true")
     experiment_args(sw)
     sw.set_defaults(func=cmd_sweep)
-    cm = sub.add_parser("compare", help="key metrics of several runs side by side (times in real ms)")
+    cm = sub.add_parser("compare", help="key metrics of several runs side by side (means over repeats; real ms, µs)")
     cm.add_argument("runs", nargs="+", help="run folders")
     cm.add_argument("--json", action="store_true")
     cm.set_defaults(func=cmd_compare)

@@ -14,7 +14,21 @@ from .output import print_json
 def cmd_doctor(args) -> int:
     from ..lab.doctor import main as doctor_main
 
-    return doctor_main(as_json=args.json)
+    code = doctor_main(as_json=args.json)
+    if code or not args.capacity:
+        return code
+    from ..emulation import capacity
+    from ..lab import state
+
+    rec = capacity.measure(results_dir=args.results, log=lambda *_: None)
+    path = state.save_capacity(rec)
+    if args.json:
+        print_json(rec)
+    else:
+        print(f"\ncapacity ({rec['datapath']} datapath): {rec['forwards_per_core_s']:,.0f} switch forwards per "
+              f"ovs-vswitchd core-second ({rec['forwards_per_s']:,.0f}/s at {100 * rec['ovs_cpu_fraction']:.0f} % of a "
+              f"core, {rec['frame_bytes']}-byte frames); stored in {path} for the scaling planner")
+    return 0
 
 
 def cmd_clean(args) -> int:
@@ -106,6 +120,10 @@ def cmd_capture(args) -> int:
 def add_commands(sub) -> None:
     d = sub.add_parser("doctor", help="check that this machine can run the lab (exit 1 on a blocker)")
     d.add_argument("--json", action="store_true", help="machine-readable output")
+    d.add_argument("--capacity", action="store_true",
+                   help="also measure this machine's datapath capacity (switch forwards per core-second, ~15 s) "
+                        "and store it for the scaling planner")
+    d.add_argument("--results", default="results", help="where the capacity probe's run folder goes")
     d.set_defaults(func=cmd_doctor)
 
     c = sub.add_parser("clean", help="remove what killed zlab runs left behind (only what zlab recorded)")

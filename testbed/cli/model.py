@@ -120,23 +120,37 @@ def cmd_cost(args) -> int:
 
 
 def cmd_load(args) -> int:
+    """Every draw (seed) routes new UDP source ports (ECMP entropy) and, for random matchings, a
+    new matching: figures are means over --seeds draws with a 95 % CI and the range."""
     from ..fabric import build_fabric
     from ..fabric.load import estimate, from_file, pattern
+    from ..measure.stats import ci95
 
     fab = build_fabric(args.spec)
-    if args.file:
-        traffic = from_file(fab, args.file)
-    elif args.pattern:
-        traffic = pattern(fab, args.pattern, fraction=args.fraction, seed=args.seed, fan_in=args.fan_in)
-    else:
+    if args.seeds < 1:
+        raise SpecError(f"--seeds must be >= 1 (got {args.seeds})")
+    if not args.file and not args.pattern:
         raise SpecError("give --pattern NAME or --file CSV")
-    res = estimate(fab, traffic, split=args.split, seed=args.seed)
-    summary = {"spec": fab.spec, "pattern": traffic.name, **res.summary(fab)}
+    draws = []
+    for seed in range(args.seed, args.seed + args.seeds):
+        traffic = from_file(fab, args.file) if args.file else pattern(
+            fab, args.pattern, fraction=args.fraction, seed=seed, fan_in=args.fan_in)
+        draws.append(estimate(fab, traffic, split=args.split, seed=seed).summary(fab))
+    keys = [k for k, v in draws[0].items() if isinstance(v, (int, float)) and not isinstance(v, bool)]
+    summary = {"spec": fab.spec, "pattern": traffic.name, "seeds": [args.seed, args.seed + args.seeds - 1],
+               **{k: ci95([d[k] for d in draws]) for k in keys},
+               "hottest_link_first_seed": draws[0]["hottest_link"]}
     if args.json:
         print_json(summary)
         return 0
-    print(f"{fab.spec}  pattern={traffic.name}")
-    print_fields([(k, v) for k, v in summary.items() if k not in ("spec", "pattern")], width=32)
+    print(f"{fab.spec}  pattern={traffic.name}  seeds {args.seed}..{args.seed + args.seeds - 1} "
+          "(mean ± 95 % CI [min, max] over draws)")
+
+    def cell(c):
+        half = "" if c["ci95"] is None else f" ± {c['ci95']:.3f}"
+        return f"{c['mean']:.3f}{half} [{min(c['values']):.3f}, {max(c['values']):.3f}]"
+
+    print_fields([(k, cell(summary[k])) for k in keys], width=32)
     return 0
 
 
@@ -182,7 +196,10 @@ def add_commands(sub) -> None:
     lo.add_argument("--file", help="CSV traffic matrix with columns src_gpu,dst_gpu,demand_gbps")
     lo.add_argument("--fraction", type=float, default=1.0,
                     help="each sender's demand as a fraction of its per-GPU bandwidth (default 1.0)")
-    lo.add_argument("--seed", type=int, default=0, help="seed for random matchings and ECMP entropy (default 0)")
+    lo.add_argument("--seed", type=int, default=0, help="first seed for random matchings and ECMP entropy (default 0)")
+    lo.add_argument("--seeds", type=int, default=20,
+                    help="independent draws (seeds seed..seed+N-1); figures are means with 95 %% CI and range "
+                         "(default 20)")
     lo.add_argument("--fan-in", type=int, default=4, help="senders per receiver for incast (default 4)")
     lo.add_argument("--split", help="port-split policy of a multi-port kind, e.g. ZCube's half, cons or rail "
                                     "(default: the fabric spec's split)")

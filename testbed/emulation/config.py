@@ -30,6 +30,10 @@ class EmulationConfig:
     queue_limit_pkts: int = 1000  # switch egress queue (pfifo) per port
     host_queue_limit_pkts: int = 1000
     datapath: str = "auto"  # auto | netdev (userspace) | system (kernel)
+    # token-bucket depth of every shaper: the largest frame the run sends (0 = one link-MTU
+    # frame). One frame, not more: a deeper bucket lets traffic pass unshaped, and transfers
+    # then finish faster than their size allows (README "Exact shaping").
+    burst_bytes: int = 0
 
     def validate(self, fabric) -> None:
         if not self.rate_scale > 0:
@@ -48,6 +52,9 @@ class EmulationConfig:
         for name in ("queue_limit_pkts", "host_queue_limit_pkts"):
             if getattr(self, name) < 1:
                 raise EmulationError(f"{name} must be >= 1")
+        if self.burst_bytes and not 64 <= self.burst_bytes <= self.mtu_bytes + ETH_OVERHEAD_BYTES:
+            raise EmulationError(f"burst_bytes must be one frame, 64..{self.mtu_bytes + ETH_OVERHEAD_BYTES} "
+                                 f"(got {self.burst_bytes})")
         if self.datapath not in ("auto", "netdev", "system"):
             raise EmulationError(f"datapath must be auto, netdev or system (got {self.datapath!r})")
 
@@ -59,10 +66,20 @@ def scaled_rate_bps(rate_bps: int, cfg: EmulationConfig) -> int:
     return int(round(rate_bps * cfg.rate_scale))
 
 
-def tc_commands(dev: str, rate_bps: int, mtu_bytes: int, limit_pkts: int) -> list[str]:
-    """htb root shaping to the link rate, with a pfifo leaf that holds (and counts) the queue."""
+def frame_bytes(cfg: EmulationConfig) -> int:
+    """The shapers' bucket depth: one frame of the largest size the run sends."""
+    return cfg.burst_bytes or cfg.mtu_bytes + ETH_OVERHEAD_BYTES
+
+
+def tc_commands(dev: str, rate_bps: int, mtu_bytes: int, limit_pkts: int, burst_bytes: int) -> list[str]:
+    """htb root shaping to the link rate, with a pfifo leaf that holds (and counts) the queue.
+
+    The bucket holds one frame (burst_bytes): after an idle period the link sends at most that
+    much back to back, so no transfer beats its serialisation time by more than one frame.
+    A larger packet still passes (htb lets tokens go negative), at exactly the rate.
+    """
     frame = mtu_bytes + ETH_OVERHEAD_BYTES
-    burst = max(frame + 100, rate_bps // 8 // 1000)  # one frame, or ~1 ms at the rate: NIC-like bursts
+    burst = burst_bytes
     return [
         f"qdisc replace dev {dev} root handle 1: htb default 1",
         f"class replace dev {dev} parent 1: classid 1:1 htb rate {rate_bps}bit ceil {rate_bps}bit "

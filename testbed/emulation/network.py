@@ -17,7 +17,7 @@ from ..fabric.model import Fabric
 from ..lab.registry import Registry
 from ..lab.sh import CommandError, run
 from ..lab.state import datapath as recorded_datapath
-from .config import EmulationConfig, EmulationError, LabFailure, scaled_rate_bps, tc_commands
+from .config import EmulationConfig, EmulationError, LabFailure, frame_bytes, scaled_rate_bps, tc_commands
 
 
 def _mininet():
@@ -178,7 +178,8 @@ def _apply_switch_tc(em: Emulation) -> None:
     fab, cfg = em.fabric, em.cfg
     lines = []
     for p in _switch_ports(fab):
-        lines += tc_commands(p.name, scaled_rate_bps(p.rate_bps, cfg), cfg.mtu_bytes, cfg.queue_limit_pkts)
+        lines += tc_commands(p.name, scaled_rate_bps(p.rate_bps, cfg), cfg.mtu_bytes, cfg.queue_limit_pkts,
+                             frame_bytes(cfg))
     run(["tc", "-batch", "-"], input="\n".join(lines) + "\n", timeout=120)
 
 
@@ -213,7 +214,8 @@ def host_script(fab: Fabric, gpu: int, cfg: EmulationConfig) -> str:
     script = "\n".join(cmds) + "\nip -batch - <<'ZLAB_EOF'\n" + "\n".join(batch) + "\nZLAB_EOF\n"
     tc = []
     for p in ports:
-        tc += tc_commands(p.name, scaled_rate_bps(p.rate_bps, cfg), cfg.mtu_bytes, cfg.host_queue_limit_pkts)
+        tc += tc_commands(p.name, scaled_rate_bps(p.rate_bps, cfg), cfg.mtu_bytes, cfg.host_queue_limit_pkts,
+                          frame_bytes(cfg))
     script += "tc -batch - <<'ZLAB_EOF'\n" + "\n".join(tc) + "\nZLAB_EOF\n"
     return script
 

@@ -39,16 +39,35 @@ class Message:
 
 
 @dataclass
+class Repeat:
+    """One independent draw: its seed (QP source ports, scheduler and mapping draws), plan and
+    messages."""
+
+    index: int
+    seed: int
+    plan: workload.Plan
+    messages: list[Message]
+
+
+@dataclass
 class FabricRun:
-    """Everything one fabric's replay needs, resolved."""
+    """Everything one fabric's replays need, resolved."""
 
     label: str
     fabric: Fabric
     emulation: EmulationConfig
-    plan: workload.Plan
+    repeats: list[Repeat]
     split: str | None  # port-split policy given to the kind (None: the kind has one port per GPU)
-    messages: list[Message]
-    figures: dict = field(default_factory=dict)  # the dry-run figures
+    figures: dict = field(default_factory=dict)  # the dry-run figures (of repeat 0)
+
+    @property
+    def plan(self) -> workload.Plan:
+        """Repeat 0's plan (every repeat has the same scaling and volume)."""
+        return self.repeats[0].plan
+
+    @property
+    def messages(self) -> list[Message]:
+        return self.repeats[0].messages
 
     @property
     def subflows_per_transfer(self) -> int:
@@ -60,20 +79,22 @@ class FabricRun:
                 "split": self.split, "subflows_per_transfer": self.subflows_per_transfer,
                 "scaling": {"rate_scale": self.plan.scaling.rate_scale, "size_scale": self.plan.scaling.size_scale,
                             "dilation": self.plan.scaling.dilation, "load_factor": self.plan.scaling.load_factor},
-                "plan": self.plan.summary(), "figures": self.figures}
+                "plan": self.plan.summary(), "figures": self.figures,
+                "repeats": [{"index": r.index, "seed": r.seed, "messages": len(r.messages)} for r in self.repeats]}
 
 
 @dataclass
 class Experiment:
     spec: dict  # the validated spec, defaults filled in
     fabrics: dict[str, FabricRun]
+    scaling_choice: dict | None = None  # the planner's assessment (planner.py), recorded with the run
 
     @property
     def measurement(self) -> dict:
         return self.spec["measurement"]
 
     def resolved(self) -> dict:
-        return {"schema": SCHEMA, "spec": self.spec,
+        return {"schema": SCHEMA, "spec": self.spec, "scaling_choice": self.scaling_choice,
                 "fabrics": {label: fr.resolved() for label, fr in self.fabrics.items()}}
 
 
@@ -109,23 +130,29 @@ def _resolve_fabric(spec: dict, label: str, fabric_spec: str, trace, model, time
         raise ExperimentSpecError(f"spec error at {where}: the fabric does not validate: "
                                   + "; ".join(f"{k}: {v}" for k, v in rep.checks.items() if v != "ok"))
     em = spec["emulation"]
-    cfg = EmulationConfig(rate_scale=em["rate_scale"], mtu_bytes=em["mtu_bytes"], queue_limit_pkts=em["queue_limit_pkts"])
-    try:
-        cfg.validate(fab)
-    except UserInputError as exc:
-        raise ExperimentSpecError(f"spec error at emulation (for {where}): {exc}") from None
     d, w = spec["deployment"], spec["workload"]
     if roce.link_mtu_needed(d["path_mtu"]) > em["mtu_bytes"]:
         raise ExperimentSpecError(f"spec error at deployment.path_mtu: {d['path_mtu']} needs a link MTU of "
                                   f"{roce.link_mtu_needed(d['path_mtu'])}; emulation.mtu_bytes is {em['mtu_bytes']}")
+    cfg = EmulationConfig(rate_scale=em["rate_scale"], mtu_bytes=em["mtu_bytes"], queue_limit_pkts=em["queue_limit_pkts"],
+                          burst_bytes=roce.link_mtu_needed(d["path_mtu"]) + roce.ETH_HDR)
+    try:
+        cfg.validate(fab)
+    except UserInputError as exc:
+        raise ExperimentSpecError(f"spec error at emulation (for {where}): {exc}") from None
     split = d["split"] if kind_of(fab).split_policies else None
-    plan = _user(lambda: workload.plan(
-        trace, model, times, fab.n_gpus, int(fab.params["gpus_per_server"]), float(fab.params["gpu_gbps"]) * 1e9,
-        rate_scale=em["rate_scale"], size_scale=w["size_scale"], tp=d["tp"], prefill_instances=d["prefill_instances"],
-        decode_instances=d["decode_instances"], mapping=d["mapping"], scheduler=d["scheduler"],
-        offered_load=w.get("offered_load"), load_factor=w.get("load_factor"), start_index=w["start_index"],
-        requests=w["requests"], prefix_reuse=w["prefix_reuse"], seed=spec["seed"]), f"workload/deployment ({where})")
-    fr = FabricRun(label, fab, cfg, plan, split, _messages(fab, plan, split))
+    repeats = []
+    for k in range(spec["repeats"]):
+        seed = spec["seed"] + k
+        plan = _user(lambda: workload.plan(
+            trace, model, times, fab.n_gpus, int(fab.params["gpus_per_server"]), float(fab.params["gpu_gbps"]) * 1e9,
+            rate_scale=em["rate_scale"], size_scale=w["size_scale"], tp=d["tp"],
+            prefill_instances=d["prefill_instances"], decode_instances=d["decode_instances"], mapping=d["mapping"],
+            scheduler=d["scheduler"], offered_load=w.get("offered_load"), load_factor=w.get("load_factor"),
+            start_index=w["start_index"], requests=w["requests"], prefix_reuse=w["prefix_reuse"], seed=seed),
+            f"workload/deployment ({where})")
+        repeats.append(Repeat(k, seed, plan, _messages(fab, plan, split)))
+    fr = FabricRun(label, fab, cfg, repeats, split)
     fr.figures = _figures(fr, d["path_mtu"])
     return fr
 

@@ -45,6 +45,9 @@ SCHEMA = {
     "properties": {
         "name": {"type": "string", "default": "zcube-vs-roft"},
         "seed": {"type": "integer", "default": 0},
+        # independent draws per fabric on the same built fabric: repeat k uses seed + k for its QP
+        # source ports (ECMP entropy) and its scheduler/mapping draws
+        "repeats": {"type": "integer", "minimum": 1, "maximum": 50, "default": 5},
         "timeout_s": _n(60),
         "fabrics": {"type": "object", "minProperties": 1, "default": DEFAULT_FABRICS,
                     "propertyNames": {"pattern": "^[a-z][a-z0-9_-]{0,15}$"},
@@ -56,7 +59,7 @@ SCHEMA = {
         "workload": _section(
             trace={"type": "string", "default": "azure-code"},
             start_index=_n(0, 0, False, integer=True),
-            requests=_n(400, 1, False, integer=True),
+            requests=_n(200, 1, False, integer=True),
             model={"oneOf": [{"type": "string"}, {"type": "object"}], "default": "llama3-70b"},
             size_scale=_n(2.5e-4, 0),
             offered_load=_n(0.2, 0),  # exactly one of offered_load / load_factor (load() enforces it)
@@ -75,12 +78,19 @@ SCHEMA = {
             path_mtu=_enum(4096, 256, 512, 1024, 2048, 4096)),
         "measurement": _section(
             queue_sample_ms=_n(10, 0, maximum=10),
-            xoff_bytes=_n(65536, 1, False, integer=True),
-            util_window_ms=_n(100, 0),
+            # the PFC stand-in's XOFF threshold in REAL bytes (x size_scale = emulated bytes)
+            xoff_real_bytes=_n(800000, 1, False, integer=True),
+            # 500 ms emulated: one frame in flight at a window's edge stays under 2 % of it
+            util_window_ms=_n(500, 0),
             calibrate={"type": "boolean", "default": True},
             max_cpu_fraction=_n(0.9, 0),
+            max_machine_cpu_fraction=_n(0.9, 0),
             max_late_sample_fraction=_n(0.05, 0, False),
             min_calibration_ratio=_n(0.9, 0, False),
+            max_carried_util=_n(1.02, 0),
+            # p99 lateness of the agent's message releases, as a share of the median message time
+            max_release_lateness_fraction=_n(0.1, 0),
+            max_link_bytes_error=_n(0.03, 0),
             controller_stats_interval_s=_n(5.0, 0),
             lldp_interval_s=_n(30.0, 0)),
     },

@@ -34,3 +34,18 @@ def ovs_start_record() -> dict | None:
         return json.loads((state_dir() / "ovs-started.json").read_text())
     except (OSError, ValueError):
         return None
+
+
+def capacity() -> dict | None:
+    """This machine's measured forwarding capacity (`zlab doctor --capacity`), or None."""
+    try:
+        return json.loads((state_dir() / "capacity.json").read_text())
+    except (OSError, ValueError):
+        return None
+
+
+def save_capacity(record: dict) -> Path:
+    path = state_dir() / "capacity.json"
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text(json.dumps(record, indent=2, sort_keys=True) + "\n")
+    return path

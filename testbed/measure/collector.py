@@ -2,8 +2,9 @@
 
 Raw, append-only JSON lines: raw/queues.jsonl (a header naming the ports, then one line per
 sample with backlog bytes, queue packets, drops and sent bytes of every port's pfifo leaf)
-and raw/cpu.jsonl (CPU seconds of ovs-vswitchd, the agent and this collector). Late samples
-are counted, not hidden.
+and raw/cpu.jsonl (CPU seconds of ovs-vswitchd, the agent and this collector, and the busy
+seconds of the whole machine over all its cores). Late samples are counted, not hidden: a
+stall counts every sampling period it missed.
 
     python -m testbed.measure.collector PORTS_JSON OUT_DIR --period-ms 10 --pid ovs=N --pid agent=M
 """
@@ -17,6 +18,7 @@ import signal
 import sys
 import time
 
+from ..records import JsonLines
 from .qdisc_netlink import QdiscReader
 
 LEAF_HANDLE = 0x00100000  # tc handle "10:" (hex major 0x10): the pfifo under htb class 1:1
@@ -28,6 +30,21 @@ def cpu_seconds(pid: int) -> float | None:
     except OSError:
         return None
     return (int(f[11]) + int(f[12])) / os.sysconf("SC_CLK_TCK")
+
+
+def machine_cpu() -> tuple[float, int]:
+    """(busy seconds summed over all cores, number of cores) from /proc/stat."""
+    with open("/proc/stat") as fh:
+        head = fh.readline().split()
+        cores = sum(1 for line in fh if line.startswith("cpu"))
+    user, nice, system, idle, iowait, irq, softirq, steal = (int(x) for x in head[1:9])
+    return (user + nice + system + irq + softirq + steal) / os.sysconf("SC_CLK_TCK"), cores
+
+
+def cpu_record(now: int, pids: dict) -> dict:
+    busy, cores = machine_cpu()
+    return {"t_ns": now, "machine_busy_s": busy, "cores": cores,
+            **{f"{k}_cpu_s": cpu_seconds(p) for k, p in pids.items()}}
 
 
 def main(argv=None) -> int:
@@ -43,15 +60,15 @@ def main(argv=None) -> int:
     pids = {k: int(v) for k, v in (x.split("=", 1) for x in args.pid)}
     pids["collector"] = os.getpid()
     os.makedirs(args.out_dir, exist_ok=True)
-    qf = open(os.path.join(args.out_dir, "queues.jsonl"), "a", encoding="utf-8")
-    cf = open(os.path.join(args.out_dir, "cpu.jsonl"), "a", encoding="utf-8")
+    qf = JsonLines(os.path.join(args.out_dir, "queues.jsonl"), compact=True)
+    cf = JsonLines(os.path.join(args.out_dir, "cpu.jsonl"), compact=True)
     stop = []
     signal.signal(signal.SIGTERM, lambda *_: stop.append(1))
     signal.signal(signal.SIGINT, lambda *_: stop.append(1))
     reader = QdiscReader()
     period = int(args.period_ms * 1e6)
-    qf.write(json.dumps({"type": "header", "ports": ports, "ifindex": ifindex, "period_ms": args.period_ms,
-                         "leaf_handle": "10:", "clock": "CLOCK_MONOTONIC"}) + "\n")
+    qf.write({"type": "header", "ports": ports, "ifindex": ifindex, "period_ms": args.period_ms,
+              "leaf_handle": "10:", "clock": "CLOCK_MONOTONIC"})
     t_next = time.monotonic_ns()
     t_cpu = 0
     late = samples = 0
@@ -62,27 +79,24 @@ def main(argv=None) -> int:
             time.sleep((t_next - now) / 1e9)
             now = time.monotonic_ns()
         if now - t_next > period:
-            late += 1
+            late += (now - t_next) // period  # every period the stall swallowed, counted once
+            t_next = now
         stats = reader.dump(b"pfifo")
         vals = [stats.get(k) for k in keys]
         if any(v is None for v in vals):
             missing = [ports[i] for i, v in enumerate(vals) if v is None]
             print(f"collector: queues vanished: {missing[:4]}", file=sys.stderr)
             break
-        qf.write(json.dumps({"t_ns": now, "b": [v[4] for v in vals], "q": [v[3] for v in vals],
-                             "d": [v[5] for v in vals], "x": [v[1] for v in vals]}, separators=(",", ":")) + "\n")
+        qf.write({"t_ns": now, "b": [v[4] for v in vals], "q": [v[3] for v in vals],
+                  "d": [v[5] for v in vals], "x": [v[1] for v in vals]})
         samples += 1
         if now >= t_cpu:
-            cf.write(json.dumps({"t_ns": now, **{f"{k}_cpu_s": cpu_seconds(p) for k, p in pids.items()}}) + "\n")
-            cf.flush()
-            qf.flush()
+            cf.write(cpu_record(now, pids))
             t_cpu = now + int(args.cpu_period_ms * 1e6)
         t_next += period
-        if now - t_next > 10 * period:  # far behind: resynchronise, the gap is counted
-            t_next = now + period
-    qf.write(json.dumps({"type": "footer", "samples": samples, "late": late}) + "\n")
+    qf.write({"type": "footer", "samples": samples, "late": late})
     qf.close()
-    cf.write(json.dumps({"t_ns": time.monotonic_ns(), **{f"{k}_cpu_s": cpu_seconds(p) for k, p in pids.items()}}) + "\n")
+    cf.write(cpu_record(time.monotonic_ns(), pids))
     cf.close()
     return 0
 

@@ -1,15 +1,23 @@
-"""Tables -> the metrics of one fabric's replay, and the fidelity rules that can void them.
+"""Tables -> the metrics of one fabric's replays, the fidelity rules that can void them, and
+their summary over repeats (mean with a 95 % confidence interval).
 
-Why the rules live with the metrics: a figure from a run that was CPU-bound, lost samples or
-corrupted data measures the machine, not the fabric; the verdict is computed from the same
-records as the figure, and every rule is tested offline on records that must fail it.
+Why the rules live with the metrics: a figure from a run that was CPU-bound, lost samples,
+sent faster than its links allow or routed off the model measures the machine, not the
+fabric. The verdict is computed from the same records as the figure, and every rule is tested
+offline on records that must fail it. Units: *_real_* are real-cluster units (emulated /
+dilation); queues are also given as real-equivalent queueing delay, which does not depend on
+the size scale; *_emulated_* are what the emulator held.
 """
 
 from __future__ import annotations
 
 import numpy as np
 
+from .stats import ci95
 from .tables import FabricData
+
+LOWER_IS_BETTER = ("kv_p50_real_s", "kv_p99_real_s", "ttft_p50_real_s", "ttft_p99_real_s", "queue_delay_max_real_s",
+                   "queue_delay_p99_real_s", "max_offered_util", "backlog_episodes")
 
 
 def pct(values, q) -> float | None:
@@ -17,52 +25,61 @@ def pct(values, q) -> float | None:
     return float(np.percentile(v, q)) if v.size else None
 
 
-def fabric_metrics(fd: FabricData, tables: dict, m: dict) -> dict:
-    """m: the spec's measurement section (thresholds of the fidelity rules)."""
-    req = tables["requests"]
+def repeat_metrics(fd: FabricData, tables: dict, m: dict) -> dict:
+    """One repeat's figures. m: the spec's measurement section (thresholds of the rules)."""
+    req, msgs, qs, lu = tables["requests"], tables["messages"], tables["queue_samples"], tables["link_util"]
+    lb, ep = tables["link_bytes"], tables["backlog_episodes"]
     kv = req["kv_transfer_real_s"].dropna()
     tt = req["ttft_real_s"].dropna()
-    qs = tables["queue_samples"]
-    lu = tables["link_util"]
-    pfc = tables["pfc_standin"]
-    msgs = tables["messages"]
-    ctr = fd.counters
-    retrans = sum(q["requester"]["retransmits"] for q in ctr.get("qps", []))
-    queue_max = int(qs["backlog_bytes"].max()) if not qs.empty else None
-    busy = qs[qs.groupby("port")["sent_bytes_total"].transform("max") > 0] if not qs.empty else qs
+    loaded = set(lb.loc[lb["predicted_bytes"] > 0, "port"]) if not lb.empty else set()
+    lq = qs[qs["port"].isin(loaded)] if not qs.empty else qs
+    llu = lu[lu["port"].isin(loaded)] if not lu.empty else lu
     footer = fd.queue_footer or {}
-    late_frac = footer.get("late", 0) / max(footer.get("samples", 0), 1) if footer else None
-    cpu = fd.cpu_fractions()
-    calib = fd.run.get("calibration")
+    late_frac = (footer.get("late", 0) / max(footer.get("samples", 0) + footer.get("late", 0), 1)) if footer else None
     done_span = (req["kv_done_s"].max() - req["t_arrival_s"].min()) / fd.dilation if len(kv) else None
+    ports = fd.counters.get("ports", {})
+    frame = fd.burst_bytes
+    ld = lb[lb["predicted_bytes"] > 0] if not lb.empty else lb
+    stray = lb[(lb["predicted_bytes"] == 0) & (lb["measured_bytes"] > 4 * frame)] if not lb.empty else lb
     out = {
-        "fabric": fd.fabric.spec,
-        "replay_status": fd.run.get("replay_status"),
+        "repeat": fd.repeat, "replay_status": fd.replay_status,
         "messages_posted": fd.messages_posted, "messages_completed": int(len(msgs)),
         "integrity_ok": bool(msgs["integrity_ok"].all()) if not msgs.empty else None,
         "requests": int(len(req)), "requests_completed": int(len(kv)),
         "kv_transfer_real_s": {"n": int(len(kv)), "p50": pct(kv, 50), "p99": pct(kv, 99), "p999": pct(kv, 99.9)},
         "ttft_real_s": {"n": int(len(tt)), "p50": pct(tt, 50), "p99": pct(tt, 99), "p999": pct(tt, 99.9)},
-        "queue_max_bytes": queue_max,
-        "queue_p99_bytes": pct(busy["backlog_bytes"], 99) if not busy.empty else None,
-        "queue_samples": int(len(qs)),
-        "pfc_standin_events": int(pfc["events"].sum()) if not pfc.empty else 0,
-        "pfc_standin_total_s": float(pfc["total_s"].sum()) if not pfc.empty else 0.0,
-        "max_offered_link_util": float(lu["offered_util"].max()) if not lu.empty else None,
-        "max_carried_link_util": float(lu["carried_util"].max()) if not lu.empty else None,
+        "ttft_components_real_s": {c: {"p50": pct(req[f"{c}_real_s"], 50), "p99": pct(req[f"{c}_real_s"], 99)}
+                                   for c in ("prefill_wait", "prefill", "kv_transfer", "first_decode_step")},
+        "loaded_ports": len(loaded),
+        "queue_max_emulated_bytes": int(qs["backlog_bytes"].max()) if not qs.empty else None,
+        "queue_max_emulated_frames": float(qs["backlog_bytes"].max() / frame) if not qs.empty else None,
+        "queue_delay_max_real_s": float(qs["queue_delay_real_s"].max()) if not qs.empty else None,
+        "queue_delay_p99_real_s": pct(lq["queue_delay_real_s"], 99) if not lq.empty else None,
+        "backlog_episodes": int(ep["events"].sum()) if not ep.empty else 0,
+        "backlog_total_real_s": float(ep["total_real_s"].sum()) if not ep.empty else 0.0,
+        "max_offered_util": float(llu["offered_util"].max()) if not llu.empty else None,
+        "max_carried_util": float(llu["carried_util"].max()) if not llu.empty else None,
         "throughput_req_per_s_real": float(len(kv) / done_span) if done_span else None,
         "kv_gbps_real": float(req.loc[req["kv_done_s"].notna(), "kv_real_bytes"].sum() * 8 / done_span / 1e9)
         if done_span else None,
-        "retransmits": int(retrans),
-        "queue_drops": int(qs.groupby("port")["drops_total"].max().sum()) if not qs.empty else None,
-        "cpu_fraction": cpu, "late_sample_fraction": late_frac, "calibration": calib,
+        "retransmits": int(sum(q["requester"]["retransmits"] for q in fd.counters.get("qps", []))),
+        "queue_drops": int(qs.groupby("port")["drops_total"].max().sum() - qs.groupby("port")["drops_total"].min().sum())
+        if not qs.empty else None,
+        "below_floor_messages": int(msgs["below_floor"].sum()) if not msgs.empty else 0,
+        "release_lateness_p99_s": pct(msgs["release_lateness_s"], 99) if not msgs.empty else None,
+        "message_completion_p50_s": pct(msgs["completion_s"], 50) if not msgs.empty else None,
+        "blocked_sends": int(sum(p.get("tx_blocked", 0) for p in ports.values())),
+        "link_bytes_max_error": float(ld["error_beyond_frame"].max()) if not ld.empty else None,
+        "link_bytes_stray_ports": sorted(stray["port"].tolist()) if not stray.empty else [],
+        "cpu_fraction": fd.cpu_fractions(), "late_sample_fraction": late_frac,
+        "calibration": fd.run.get("calibration"),
     }
     out["fidelity"] = fidelity(out, m)
     return out
 
 
 def fidelity(out: dict, m: dict) -> dict:
-    """The run's verdict: valid, or the list of rules it broke (m: the spec's measurement)."""
+    """The repeat's verdict: valid, or the list of rules it broke (m: the spec's measurement)."""
     cpu, late_frac, calib = out["cpu_fraction"], out["late_sample_fraction"], out["calibration"]
     reasons = []
     if out["replay_status"] != "complete":
@@ -71,12 +88,64 @@ def fidelity(out: dict, m: dict) -> dict:
         if who in cpu and cpu[who]["max"] > m["max_cpu_fraction"]:
             reasons.append(f"CPU-bound: {who} at {100 * cpu[who]['max']:.0f} % of a core (limit "
                            f"{100 * m['max_cpu_fraction']:.0f} %)")
+    if "machine" in cpu and cpu["machine"]["max"] > m["max_machine_cpu_fraction"]:
+        reasons.append(f"CPU-bound: the machine at {100 * cpu['machine']['max']:.0f} % of all cores (limit "
+                       f"{100 * m['max_machine_cpu_fraction']:.0f} %)")
     if late_frac is None:
         reasons.append("no queue samples")
     elif late_frac > m["max_late_sample_fraction"]:
-        reasons.append(f"{100 * late_frac:.1f} % of queue samples late")
+        reasons.append(f"{100 * late_frac:.1f} % of queue sample periods missed")
     if calib and calib["ratio"] < m["min_calibration_ratio"]:
         reasons.append(f"calibration {100 * calib['ratio']:.0f} % of the configured rate")
     if out["integrity_ok"] is False:
         reasons.append("corrupted transfers")
+    if out["below_floor_messages"]:
+        reasons.append(f"{out['below_floor_messages']} messages faster than their serialisation floor "
+                       "(shaping not exact)")
+    if out["max_carried_util"] is not None and out["max_carried_util"] > m["max_carried_util"]:
+        reasons.append(f"carried utilisation {out['max_carried_util']:.3f} > {m['max_carried_util']} "
+                       "(a link carried more than its rate)")
+    lat, typ = out["release_lateness_p99_s"], out["message_completion_p50_s"]
+    if lat is not None and typ and lat > m["max_release_lateness_fraction"] * typ:
+        reasons.append(f"agent released messages late: p99 {1e3 * lat:.1f} ms emulated, {100 * lat / typ:.0f} % of the "
+                       f"median message time (limit {100 * m['max_release_lateness_fraction']:.0f} %)")
+    if out["blocked_sends"]:
+        reasons.append(f"{out['blocked_sends']} agent sends blocked by a full host queue")
+    err = out["link_bytes_max_error"]
+    if err is not None and err > m["max_link_bytes_error"]:
+        reasons.append(f"link bytes off the model by up to {100 * err:.1f} % beyond one frame (limit "
+                       f"{100 * m['max_link_bytes_error']:.0f} %): misrouting or uncounted traffic")
+    if out["link_bytes_stray_ports"]:
+        reasons.append(f"replay bytes on ports the model does not route through: {out['link_bytes_stray_ports'][:4]}")
     return {"valid": not reasons, "reasons": reasons}
+
+
+def headline(r: dict) -> dict:
+    """The per-repeat numbers that are summarised over repeats and compared between fabrics."""
+    return {"kv_p50_real_s": r["kv_transfer_real_s"]["p50"], "kv_p99_real_s": r["kv_transfer_real_s"]["p99"],
+            "ttft_p50_real_s": r["ttft_real_s"]["p50"], "ttft_p99_real_s": r["ttft_real_s"]["p99"],
+            "queue_delay_max_real_s": r["queue_delay_max_real_s"], "queue_delay_p99_real_s": r["queue_delay_p99_real_s"],
+            "max_offered_util": r["max_offered_util"], "max_carried_util": r["max_carried_util"],
+            "backlog_episodes": r["backlog_episodes"], "retransmits": r["retransmits"]}
+
+
+def fabric_summary(repeats: list[dict]) -> dict:
+    """Over a fabric's repeats: mean and 95 % CI of each headline figure, and the verdict (a
+    fabric is valid only if every repeat is)."""
+    keys = headline(repeats[0]).keys()
+    reasons = [f"repeat {r['repeat']}: {x}" for r in repeats for x in r["fidelity"]["reasons"]]
+    return {"repeats": len(repeats), **{k: ci95([headline(r)[k] for r in repeats]) for k in keys},
+            "fidelity": {"valid": not reasons, "reasons": reasons}}
+
+
+def comparison(per_fabric: dict[str, list[dict]], a: str, b: str) -> dict:
+    """a/b ratios per repeat (repeat k of each: independent draws), as mean +- CI, and in how
+    many repeats a was better (lower) than b."""
+    n = min(len(per_fabric[a]), len(per_fabric[b]))
+    out = {"a": a, "b": b, "repeats": n}
+    for k in LOWER_IS_BETTER:
+        pairs = [(headline(per_fabric[a][i])[k], headline(per_fabric[b][i])[k]) for i in range(n)]
+        pairs = [(x, y) for x, y in pairs if x is not None and y is not None]
+        ratios = [x / y for x, y in pairs if y > 0]
+        out[k] = {"ratio": ci95(ratios), "a_better": sum(x < y for x, y in pairs), "n": len(pairs)}
+    return out

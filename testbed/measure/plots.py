@@ -1,4 +1,6 @@
-"""Plots of a run, one function per figure; every axis names its unit and says emulated or real."""
+"""Plots of a run, one function per figure; every axis names its unit and says emulated or real.
+
+Time series and heatmaps show repeat 0 (one draw); distributions pool every repeat."""
 
 from __future__ import annotations
 
@@ -27,6 +29,7 @@ def _save(fig, out: Path, name: str) -> str:
 
 
 def queue_over_time(tables: dict[str, dict], out: Path) -> str:
+    """Max queueing delay per switch tier over time (repeat 0), real-equivalent µs."""
     plt = _plt()
     labels = list(tables)
     fig, axes = plt.subplots(len(labels), 1, figsize=(10, 3 * len(labels)), squeeze=False, sharex=True)
@@ -34,16 +37,17 @@ def queue_over_time(tables: dict[str, dict], out: Path) -> str:
         qs = tables[lab]["queue_samples"]
         if not qs.empty:
             for tier, g in qs.groupby("tier"):
-                s = g.groupby("t_s")["backlog_bytes"].max() / 1024
+                s = g.groupby("t_s")["queue_delay_real_s"].max() * 1e6
                 ax.plot(s.index, s.values, lw=0.8, label=tier)
             ax.legend(fontsize=7, loc="upper right")
-        ax.set_title(f"{lab}: max egress backlog per switch tier", fontsize=9)
-        ax.set_ylabel("KiB (emulated)")
+        ax.set_title(f"{lab}: max egress queueing delay per switch tier (repeat 0)", fontsize=9)
+        ax.set_ylabel("real-equivalent µs")
     axes[-1, 0].set_xlabel("emulated time (s)")
     return _save(fig, out, "queue_over_time.png")
 
 
 def max_queue_heatmap(tables: dict[str, dict], out: Path) -> str:
+    """Max queueing delay per switch (rows) and port (columns), repeat 0."""
     plt = _plt()
     labels = list(tables)
     fig, axes = plt.subplots(1, len(labels), figsize=(5 * len(labels), 4), squeeze=False)
@@ -51,26 +55,29 @@ def max_queue_heatmap(tables: dict[str, dict], out: Path) -> str:
         qs = tables[lab]["queue_samples"]
         if qs.empty:
             continue
-        mx = qs.groupby("port")["backlog_bytes"].max()
+        mx = qs.groupby("port")["queue_delay_real_s"].max() * 1e6
         sw = mx.index.str.rsplit("-p", n=1).str[0]
         num = mx.index.str.rsplit("-p", n=1).str[1].astype(int)
-        grid = pd.DataFrame({"sw": sw, "num": num, "v": mx.values / 1024}).pivot(index="sw", columns="num", values="v")
+        grid = pd.DataFrame({"sw": sw, "num": num, "v": mx.values}).pivot(index="sw", columns="num", values="v")
         im = ax.imshow(grid.values, aspect="auto", cmap="viridis")
         ax.set_yticks(range(len(grid.index)), grid.index, fontsize=7)
-        ax.set_xticks(range(len(grid.columns)), grid.columns, fontsize=7)
-        ax.set_xlabel("port")
-        ax.set_title(f"{lab}: max egress queue (KiB, emulated)", fontsize=9)
+        step = max(1, len(grid.columns) // 16)  # legible at 48-64 ports: label every step-th port
+        ax.set_xticks(range(0, len(grid.columns), step), grid.columns[::step], fontsize=7)
+        ax.set_xlabel("switch port number")
+        ax.set_title(f"{lab}: max queueing delay (real-equivalent µs, repeat 0)", fontsize=9)
         fig.colorbar(im, ax=ax)
     return _save(fig, out, "max_queue_heatmap.png")
 
 
-def completion_cdf(tables: dict[str, dict], out: Path, column: str, name: str, title: str) -> str:
+def completion_cdf(pooled: dict[str, pd.DataFrame], out: Path, column: str, name: str, title: str) -> str:
+    """CDF over every repeat's requests."""
     plt = _plt()
     fig, ax = plt.subplots(figsize=(6, 4))
-    for lab in tables:
-        v = np.sort(tables[lab]["requests"][column].dropna().values * 1e3)
+    for lab, req in pooled.items():
+        v = np.sort(req[column].dropna().values * 1e3)
         if v.size:
-            ax.step(v, np.arange(1, v.size + 1) / v.size, where="post", label=f"{lab} (n={v.size})")
+            ax.step(v, np.arange(1, v.size + 1) / v.size, where="post",
+                    label=f"{lab} (n={v.size}, {req['repeat'].nunique()} repeats)")
     ax.set_xlabel(f"{title}, real-cluster ms")
     ax.set_ylabel("CDF")
     ax.set_title(title, fontsize=9)
@@ -80,6 +87,7 @@ def completion_cdf(tables: dict[str, dict], out: Path, column: str, name: str, t
 
 
 def link_util_heatmap(tables: dict[str, dict], out: Path) -> str:
+    """Offered utilisation of each loaded switch egress port over time (repeat 0)."""
     plt = _plt()
     labels = list(tables)
     fig, axes = plt.subplots(len(labels), 1, figsize=(10, 3.2 * len(labels)), squeeze=False)
@@ -93,13 +101,14 @@ def link_util_heatmap(tables: dict[str, dict], out: Path) -> str:
         im = ax.imshow(grid.values, aspect="auto", cmap="magma", vmin=0, vmax=max(1.0, float(np.nanmax(grid.values))),
                        extent=[grid.columns.min(), grid.columns.max(), len(grid.index), 0])
         ax.set_yticks(np.arange(len(grid.index)) + 0.5, grid.index, fontsize=5)
-        ax.set_title(f"{lab}: offered utilisation of each loaded switch egress port", fontsize=9)
+        ax.set_title(f"{lab}: offered utilisation of each loaded switch egress port (repeat 0)", fontsize=9)
         ax.set_xlabel("emulated time (s)")
         fig.colorbar(im, ax=ax)
     return _save(fig, out, "link_util_heatmap.png")
 
 
 def nic_kv_bytes(datas: dict[str, FabricData], tables: dict[str, dict], out: Path) -> str:
+    """KV bytes sent per NIC port (repeat 0), real GB."""
     plt = _plt()
     labels = list(tables)
     fig, axes = plt.subplots(1, len(labels), figsize=(6 * len(labels), 3.5), squeeze=False)
@@ -115,10 +124,36 @@ def nic_kv_bytes(datas: dict[str, FabricData], tables: dict[str, dict], out: Pat
     return _save(fig, out, "nic_kv_bytes.png")
 
 
-def all_plots(datas: dict[str, FabricData], tables: dict[str, dict], out: Path) -> list[str]:
+def link_bytes_scatter(pooled: dict[str, pd.DataFrame], out: Path) -> str:
+    """Model vs emulation: every loaded switch egress port's replay bytes, predicted from the
+    QPs' source ports through the model's tables against what its queue counted (all repeats)."""
+    plt = _plt()
+    fig, ax = plt.subplots(figsize=(5.5, 5))
+    top = 1.0
+    for lab, lb in pooled.items():
+        d = lb[lb["predicted_bytes"] > 0]
+        if d.empty:
+            continue
+        ax.scatter(d["predicted_bytes"] / 1e6, d["measured_bytes"] / 1e6, s=10, alpha=0.6,
+                   label=f"{lab} (max error {100 * d['error'].abs().max():.2f} %)")
+        top = max(top, float(d[["predicted_bytes", "measured_bytes"]].max().max()) / 1e6)
+    ax.plot([0, top], [0, top], color="grey", lw=0.8, ls="--", label="measured = predicted")
+    ax.set_xlabel("predicted by the model, MB (emulated)")
+    ax.set_ylabel("counted by the switch queue, MB (emulated)")
+    ax.set_title("Replay bytes per loaded switch egress port", fontsize=9)
+    ax.legend(fontsize=7)
+    return _save(fig, out, "link_bytes_model_vs_measured.png")
+
+
+def all_plots(datas: dict[str, list[FabricData]], tables: dict[str, list[dict]], out: Path) -> list[str]:
     """Every figure of the report, in report order; returns their file names."""
     out.mkdir(parents=True, exist_ok=True)
-    return [queue_over_time(tables, out), max_queue_heatmap(tables, out),
-            completion_cdf(tables, out, "kv_transfer_real_s", "kv_completion_cdf.png", "KV-transfer completion time"),
-            completion_cdf(tables, out, "ttft_real_s", "ttft_cdf.png", "TTFT"),
-            link_util_heatmap(tables, out), nic_kv_bytes(datas, tables, out)]
+    first = {lab: reps[0] for lab, reps in tables.items()}
+    pool = lambda name: {lab: pd.concat([t[name].assign(repeat=i) for i, t in enumerate(reps)])  # noqa: E731
+                         for lab, reps in tables.items()}
+    requests = pool("requests")
+    return [queue_over_time(first, out), max_queue_heatmap(first, out),
+            completion_cdf(requests, out, "kv_transfer_real_s", "kv_completion_cdf.png", "KV-transfer completion time"),
+            completion_cdf(requests, out, "ttft_real_s", "ttft_cdf.png", "TTFT"),
+            link_util_heatmap(first, out), nic_kv_bytes({lab: d[0] for lab, d in datas.items()}, first, out),
+            link_bytes_scatter(pool("link_bytes"), out)]

@@ -1,17 +1,18 @@
 """A run folder -> tables, metrics, plots and report.md (`zlab report RUN` rebuilds them).
 
 Reads the run folder only: experiment.json (the resolved experiment), run.json and each
-fabric's raw records. Never imports the emulation: analysis works on any copy of a run folder.
+fabric's raw records per repeat. Never imports the emulation: analysis works on any copy of a
+run folder. Refuses (exit 1) a run whose raw records are gone instead of writing an empty report.
 """
 
 from __future__ import annotations
 
 from pathlib import Path
 
-from ..errors import UserInputError
+from ..errors import RuntimeFailure, UserInputError
 from ..records import read_json, write_json
 from . import markdown, plots
-from .metrics import fabric_metrics
+from .metrics import comparison, fabric_summary, repeat_metrics
 from .tables import FabricData
 
 
@@ -19,8 +20,12 @@ class RunFolderError(UserInputError):
     """A folder that is not a (readable) zlab run folder."""
 
 
-def load(root: Path) -> tuple[dict, dict, dict[str, FabricData]]:
-    """(resolved experiment, run record, {label: FabricData} for fabrics that recorded data)."""
+class MissingRecords(RuntimeFailure):
+    """A run folder whose raw records are missing: nothing can be recomputed."""
+
+
+def load(root: Path) -> tuple[dict, dict, dict[str, list[FabricData]]]:
+    """(resolved experiment, run record, {label: [FabricData per repeat that recorded data]})."""
     root = Path(root)
     if not (root / "experiment.json").exists():
         raise RunFolderError(f"{root}: not a zlab run folder (no experiment.json); "
@@ -29,8 +34,10 @@ def load(root: Path) -> tuple[dict, dict, dict[str, FabricData]]:
     run = read_json(root / "run.json")
     datas = {}
     for label, resolved in exp["fabrics"].items():
-        if (root / label / "raw" / "plan.json").exists():
-            datas[label] = FabricData(root / label, resolved)
+        reps = [FabricData(root / label, resolved, r["index"]) for r in resolved["repeats"]
+                if (root / label / "raw" / f"rep{r['index']}" / "plan.json").exists()]
+        if reps:
+            datas[label] = reps
     return exp, run, datas
 
 
@@ -39,16 +46,27 @@ def build(root: Path) -> dict:
     exp, run, datas = load(root)
     spec = exp["spec"]
     m = spec["measurement"]
-    tables = {label: fd.write_tables(root / "tables", m["xoff_bytes"], m["util_window_ms"] / 1e3)
-              for label, fd in datas.items()}
-    metrics = {label: fabric_metrics(datas[label], tables[label], m) for label in datas}
-    if not metrics:
+    if not datas:
+        if run.get("status") == "complete":
+            raise MissingRecords(f"{root}: the run completed but its raw records are missing; nothing to rebuild")
         (root / "report.md").write_text(f"# zlab run `{run['run_id']}`\n\nNo fabric recorded any data "
                                         f"(status {run.get('status')}"
                                         + (f": {run['cause']}" if run.get("cause") else "") + ").\n")
         return {}
+    tables, per_fabric = {}, {}
+    for label, reps in datas.items():
+        tables[label], per_fabric[label] = [], []
+        for fd in reps:
+            xoff = max(1, int(m["xoff_real_bytes"] * fd.size_scale))
+            t = fd.write_tables(root / "tables", xoff, m["util_window_ms"] / 1e3)
+            tables[label].append(t)
+            per_fabric[label].append(repeat_metrics(fd, t, m))
+    labels = list(datas)
+    metrics = {"fabrics": {lab: {"summary": fabric_summary(per_fabric[lab]), "repeats": per_fabric[lab]}
+                           for lab in labels}}
+    if len(labels) >= 2:
+        metrics["comparison"] = comparison(per_fabric, labels[0], labels[1])
     made = plots.all_plots(datas, tables, root / "plots")
-    write_json(root / "metrics.json", metrics)
-    first = next(iter(datas.values()))
-    (root / "report.md").write_text(markdown.markdown(run, spec, metrics, made, first.plan["summary"]))
+    write_json(root / "metrics.json", metrics, sort_keys=False)
+    (root / "report.md").write_text(markdown.markdown(run, exp, metrics, made))
     return metrics

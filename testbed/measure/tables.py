@@ -1,8 +1,9 @@
 """Raw records -> typed tables (pandas, written as Parquet). Every metric is recomputable
 from the raw JSONL that stays in the run folder.
 
-Scaling, MTU and split come from the fabric's entry in the run's experiment.json (the resolved
-experiment), never re-derived or re-read from anywhere else.
+One FabricData is one fabric's replay of one repeat (raw/rep<k>/). Scaling, MTU, burst and
+split come from the fabric's entry in the run's experiment.json (the resolved experiment),
+never re-derived or re-read from anywhere else.
 """
 
 from __future__ import annotations
@@ -13,27 +14,35 @@ import numpy as np
 import pandas as pd
 
 from ..fabric.model import Fabric
+from ..fabric.paths import walk
 from ..records import read_json, read_jsonl as _jsonl
+
+# RoCE frame bytes around a packet's payload: Ethernet 14, IPv4 20, UDP 8, BTH 12, ICRC 4;
+# the first packet of a WRITE also carries a RETH (16). An ACK/NAK frame is 62 bytes.
+FRAME_OVERHEAD_BYTES, RETH_BYTES, ACK_FRAME_BYTES = 58, 16, 62
+PACER_SLACK_S = 1e-3  # the agent's pacer may bank one event-loop tick (1 ms) of line rate
 
 
 class FabricData:
-    """One fabric's raw data of a run, as tables."""
+    """One fabric's raw data of one repeat, as tables."""
 
-    def __init__(self, fdir: Path, resolved: dict):
+    def __init__(self, fdir: Path, resolved: dict, repeat: int = 0):
         self.dir = Path(fdir)
         self.label = self.dir.name
+        self.repeat = repeat
         self.resolved = resolved
         self.fabric = Fabric.load(self.dir / "fabric.json")
         self.run = read_json(self.dir / "run.json")
-        raw = self.dir / "raw"
+        raw = self.dir / "raw" / f"rep{repeat}"
+        self.raw = raw
         self.plan = read_json(raw / "plan.json")
         clock = read_json(raw / "run_clock.json") if (raw / "run_clock.json").exists() else {}
         self.t0_ns = clock.get("t0_ns", 0)
         self.messages_posted = clock.get("messages", 0)
-        self.dilation = resolved["scaling"]["dilation"]
-        self.rate_scale = resolved["scaling"]["rate_scale"]
-        self.size_scale = resolved["scaling"]["size_scale"]
+        sc = resolved["scaling"]
+        self.dilation, self.rate_scale, self.size_scale = sc["dilation"], sc["rate_scale"], sc["size_scale"]
         self.mtu_bytes = resolved["emulation"]["mtu_bytes"]
+        self.burst_bytes = resolved["emulation"]["burst_bytes"] or self.mtu_bytes + 14
         self.subflows_per_transfer = resolved["subflows_per_transfer"]
         self.transfers_raw = _jsonl(raw / "transfers.jsonl")
         q = _jsonl(raw / "queues.jsonl")
@@ -42,6 +51,15 @@ class FabricData:
         self.queue_rows = [r for r in q if "t_ns" in r]
         self.cpu_rows = _jsonl(raw / "cpu.jsonl")
         self.counters = read_json(raw / "counters.json") if (raw / "counters.json").exists() else {}
+        self._port = {p.name: p for p in self.fabric.ports}
+
+    @property
+    def replay_status(self) -> str | None:
+        return next((r["status"] for r in self.run.get("replays", []) if r["repeat"] == self.repeat), None)
+
+    def port_rate_bps(self, ports) -> np.ndarray:
+        """Emulated line rate of each named port."""
+        return np.array([self._port[n].rate_bps * self.rate_scale for n in ports], dtype=float)
 
     # ---- transfers and requests -----------------------------------------------------
     def messages(self) -> pd.DataFrame:
@@ -51,28 +69,39 @@ class FabricData:
         df["t_post_s"] = (df["t_post_ns"] - self.t0_ns) / 1e9
         df["completion_s"] = (df["t_complete_ns"] - df["t_post_ns"]) / 1e9
         df["completion_real_s"] = df["completion_s"] / self.dilation
+        due = df["t_due_ns"] if "t_due_ns" in df else df["t_post_ns"]
+        df["release_lateness_s"] = (df["t_post_ns"] - due.fillna(df["t_post_ns"])) / 1e9
+        # the serialisation floor: an exact shaper delivers no more than one bucket (a frame)
+        # plus the pacer's slack ahead of line rate, so the wire time cannot be shorter
+        df["wire_bytes"] = df["size_bytes"] + FRAME_OVERHEAD_BYTES * df["packets"] + RETH_BYTES
+        rate = self.port_rate_bps(df["src"])
+        df["wire_s"] = (df["t_last_rx_ns"] - df["t_first_tx_ns"]) / 1e9
+        df["floor_s"] = np.maximum(0.0, (df["wire_bytes"] - self.burst_bytes) * 8 / rate - PACER_SLACK_S)
+        df["below_floor"] = df["wire_s"] < df["floor_s"]
         return df
 
     def requests(self) -> pd.DataFrame:
+        """Per request: the TTFT components, each marked in its column name by what it is —
+        prefill wait and compute and the first decode step are modelled, KV transfer measured."""
         reqs = pd.DataFrame(self.plan["requests"]).drop(columns=["transfers"])
         msgs = self.messages()
-        n_shards = pd.DataFrame(self.plan["transfers"]).groupby("req").size()
-        reqs["shards"] = reqs["req"].map(n_shards)
-        reqs["kv_real_bytes"] = reqs["req"].map(pd.DataFrame(self.plan["transfers"]).groupby("req")["real_bytes"].sum())
+        transfers = pd.DataFrame(self.plan["transfers"])
+        reqs["shards"] = reqs["req"].map(transfers.groupby("req").size())
+        reqs["kv_real_bytes"] = reqs["req"].map(transfers.groupby("req")["real_bytes"].sum())
         reqs["kv_ready_s"] = reqs["t_arrival_s"] + reqs["prefill_wait_s"] + reqs["prefill_s"]
         if msgs.empty:
             reqs["kv_done_s"] = np.nan
         else:
             per_req = msgs.groupby("req").agg(done_ns=("t_complete_ns", "max"), n=("msg_id", "size"),
                                               ok=("integrity_ok", "all"))
-            expected = pd.DataFrame(self.plan["transfers"]).groupby("req").size() * self.subflows_per_transfer
+            expected = transfers.groupby("req").size() * self.subflows_per_transfer
             done = per_req["n"] >= expected.reindex(per_req.index)
             reqs["kv_done_s"] = reqs["req"].map(((per_req["done_ns"] - self.t0_ns) / 1e9).where(done))
             reqs["integrity_ok"] = reqs["req"].map(per_req["ok"])
         reqs["kv_transfer_s"] = reqs["kv_done_s"] - reqs["kv_ready_s"]
         reqs["ttft_s"] = reqs["kv_done_s"] + reqs["first_decode_step_s"] - reqs["t_arrival_s"]
-        for col in ("kv_transfer_s", "ttft_s", "prefill_wait_s", "prefill_s"):
-            reqs[col.replace("_s", "_real_s")] = reqs[col] / self.dilation
+        for col in ("kv_transfer", "ttft", "prefill_wait", "prefill", "first_decode_step"):
+            reqs[f"{col}_real_s"] = reqs[f"{col}_s"] / self.dilation
         return reqs
 
     # ---- queues ---------------------------------------------------------------------
@@ -85,28 +114,28 @@ class FabricData:
         return t, self.queue_header["ports"], get("b"), get("q"), get("d"), get("x")
 
     def queue_samples(self) -> pd.DataFrame:
+        """Every sample of every switch egress queue: emulated bytes and frames, and the
+        real-equivalent queueing delay (backlog / emulated rate / dilation), which does not
+        depend on the size scale."""
         arr = self.queue_arrays()
         if arr is None:
             return pd.DataFrame()
         t, ports, b, q, d, x = arr
         T, P = b.shape
         tiers = self.port_tiers(ports)
+        rate = np.tile(self.port_rate_bps(ports), T)
         return pd.DataFrame({"t_s": np.repeat(t, P), "port": np.tile(ports, T), "tier": np.tile(tiers, T),
                              "backlog_bytes": b.ravel(), "qlen_pkts": q.ravel(), "drops_total": d.ravel(),
-                             "sent_bytes_total": x.ravel()})
+                             "sent_bytes_total": x.ravel(),
+                             "queue_delay_real_s": b.ravel() * 8.0 / rate / self.dilation})
 
     def port_tiers(self, ports) -> list[str]:
-        by_name = {p.name: p for p in self.fabric.ports}
         out = []
         for name in ports:
-            p = by_name[name]
+            p = self._port[name]
             sw = self.fabric.nodes[p.node]
             out.append(f"{sw.group} {'down' if p.role == 'down' else 'up/fabric'}")
         return out
-
-    def port_rate_bps(self, ports) -> np.ndarray:
-        by_name = {p.name: p for p in self.fabric.ports}
-        return np.array([by_name[n].rate_bps * self.rate_scale for n in ports], dtype=float)
 
     def link_util(self, window_s: float) -> pd.DataFrame:
         """Per switch egress port and window: carried = sent / capacity; offered = (sent +
@@ -118,8 +147,7 @@ class FabricData:
         rate = self.port_rate_bps(ports)
         frame = self.mtu_bytes + 14
         edges = np.arange(t[0], t[-1] + window_s, window_s)
-        idx = np.searchsorted(t, edges)
-        idx = np.unique(np.clip(idx, 0, len(t) - 1))
+        idx = np.unique(np.clip(np.searchsorted(t, edges), 0, len(t) - 1))
         rows = []
         for i0, i1 in zip(idx[:-1], idx[1:]):
             dt_s = t[i1] - t[i0]
@@ -130,14 +158,15 @@ class FabricData:
             drop = (d[i1] - d[i0]) * 8.0 * frame
             cap = rate * dt_s
             for j, port in enumerate(ports):
-                rows.append((t[i0], port, sent[j] / cap[j], (sent[j] + grow[j] + drop[j]) / cap[j]))
-        return pd.DataFrame(rows, columns=["t_s", "port", "carried_util", "offered_util"])
+                rows.append((t[i0], dt_s, port, sent[j] / cap[j], (sent[j] + grow[j] + drop[j]) / cap[j]))
+        return pd.DataFrame(rows, columns=["t_s", "window_s", "port", "carried_util", "offered_util"])
 
-    def pfc_standin(self, xoff_bytes: int) -> pd.DataFrame:
-        """PFC stand-in (this kernel cannot pause): per port, episodes with backlog >= XOFF."""
+    def backlog_episodes(self, xoff_bytes: int) -> pd.DataFrame:
+        """PFC stand-in (this kernel cannot pause): per port, episodes with backlog >= XOFF;
+        durations in emulated and real seconds."""
         arr = self.queue_arrays()
         if arr is None:
-            return pd.DataFrame(columns=["port", "events", "total_s", "max_s"])
+            return pd.DataFrame(columns=["port", "events", "total_s", "max_s", "total_real_s", "max_real_s"])
         t, ports, b, *_ = arr
         above = b >= xoff_bytes
         rows = []
@@ -146,9 +175,9 @@ class FabricData:
             starts = np.nonzero(np.diff(np.concatenate(([0], a))) == 1)[0]
             ends = np.nonzero(np.diff(np.concatenate((a, [0]))) == -1)[0]
             durs = t[np.minimum(ends + 1, len(t) - 1)] - t[starts] if len(starts) else np.array([])
-            rows.append((port, len(starts), float(durs.sum()) if len(durs) else 0.0,
-                         float(durs.max()) if len(durs) else 0.0))
-        return pd.DataFrame(rows, columns=["port", "events", "total_s", "max_s"])
+            total, mx = (float(durs.sum()), float(durs.max())) if len(durs) else (0.0, 0.0)
+            rows.append((port, len(starts), total, mx, total / self.dilation, mx / self.dilation))
+        return pd.DataFrame(rows, columns=["port", "events", "total_s", "max_s", "total_real_s", "max_real_s"])
 
     def nic_bytes(self) -> pd.DataFrame:
         msgs = self.messages()
@@ -159,29 +188,74 @@ class FabricData:
         out = pd.concat([sent, recv], axis=1).fillna(0).astype(np.int64).reset_index()
         return out.rename(columns={"index": "port"})
 
+    def link_bytes(self) -> pd.DataFrame:
+        """Model vs emulation, link by link: every QP's bytes (data forward, retransmissions
+        included, from the agent's counters; ACK/NAK frames back) walked through the model's
+        tables with the QP's actual UDP source port, summed per switch egress port, against the
+        bytes each egress queue counted during the replay."""
+        fab = self.fabric
+        ports = self.queue_header["ports"] if self.queue_header else []
+        predicted = dict.fromkeys(ports, 0.0)
+        qps = self.counters.get("qps", [])
+        if qps:
+            ids = {p.name: p.id for p in fab.ports}
+            src = np.array([ids[q["src"]] for q in qps] + [ids[q["dst"]] for q in qps])
+            dst = np.array([ids[q["dst"]] for q in qps] + [ids[q["src"]] for q in qps])
+            sport = np.array([q["sport"] for q in qps] * 2)
+            volume = np.array([q["requester"]["bytes"] for q in qps]
+                              + [ACK_FRAME_BYTES * (q["responder"]["acks"] + q["responder"]["naks"]) for q in qps],
+                              dtype=float)
+            w = walk(fab, src, dst, sport)
+            ends = fab.link_ends
+            for f in range(src.size):
+                for dl in w.dlinks[f]:
+                    if dl < 0:
+                        break
+                    egress = fab.ports[int(ends[dl // 2, dl % 2])]  # the sending end of the direction
+                    if egress.name in predicted:
+                        predicted[egress.name] += volume[f]
+        arr = self.queue_arrays()
+        measured = dict(zip(ports, (arr[5][-1] - arr[5][0]).tolist())) if arr is not None else {}
+        rows = [(p, predicted[p], float(measured.get(p, 0))) for p in ports]
+        df = pd.DataFrame(rows, columns=["port", "predicted_bytes", "measured_bytes"])
+        diff = df["measured_bytes"] - df["predicted_bytes"]
+        df["error"] = np.where(df["predicted_bytes"] > 0, diff / df["predicted_bytes"].clip(lower=1), np.nan)
+        # beyond one frame: control frames (LLDP, ~70 B each) are not replay traffic, and a
+        # misrouted message moves at least a whole frame
+        excess = (diff.abs() - self.burst_bytes).clip(lower=0)
+        df["error_beyond_frame"] = np.where(df["predicted_bytes"] > 0, excess / df["predicted_bytes"].clip(lower=1),
+                                            np.nan)
+        return df
+
     # ---- fidelity -------------------------------------------------------------------
-    def cpu_fractions(self, window_s: float = 1.0) -> dict:
+    def cpu_fractions(self) -> dict:
+        """Per process and for the whole machine: the mean, and the max over every sampling
+        interval (about 250 ms: sub-second saturation is not averaged away; the last, partial
+        interval counts too). Process shares are of one core; the machine's of all its cores."""
         rows = self.cpu_rows
         out = {}
         if len(rows) < 2:
             return out
         t = np.array([r["t_ns"] for r in rows]) / 1e9
-        for key in ("ovs_cpu_s", "agent_cpu_s", "collector_cpu_s"):
+        dt = np.diff(t)
+        keys = [k for k in rows[0] if k.endswith("_cpu_s")] + (["machine_busy_s"] if "machine_busy_s" in rows[0] else [])
+        for key in keys:
             v = np.array([r.get(key) if r.get(key) is not None else np.nan for r in rows], dtype=float)
-            edges = np.arange(t[0], t[-1] + 1e-9, window_s)
-            ii = np.unique(np.searchsorted(t, edges).clip(0, len(t) - 1))
-            fr = [(v[b] - v[a]) / (t[b] - t[a]) for a, b in zip(ii[:-1], ii[1:]) if t[b] > t[a]]
-            total = (v[-1] - v[0]) / (t[-1] - t[0])
-            out[key.replace("_cpu_s", "")] = {"max": float(np.nanmax(fr)) if fr else float(total),
-                                              "mean": float(total)}
+            scale = float(rows[0].get("cores", 1)) if key == "machine_busy_s" else 1.0
+            ok = dt > 0.05
+            fr = np.diff(v)[ok] / dt[ok] / scale
+            total = (v[-1] - v[0]) / (t[-1] - t[0]) / scale
+            name = "machine" if key == "machine_busy_s" else key.replace("_cpu_s", "")
+            out[name] = {"max": float(np.nanmax(fr)) if fr.size else float(total), "mean": float(total)}
         return out
 
     def write_tables(self, out: Path, xoff_bytes: int, window_s: float) -> dict[str, pd.DataFrame]:
         out.mkdir(parents=True, exist_ok=True)
         tables = {"messages": self.messages(), "requests": self.requests(), "queue_samples": self.queue_samples(),
-                  "link_util": self.link_util(window_s), "pfc_standin": self.pfc_standin(xoff_bytes),
-                  "nic_bytes": self.nic_bytes()}
+                  "link_util": self.link_util(window_s), "backlog_episodes": self.backlog_episodes(xoff_bytes),
+                  "nic_bytes": self.nic_bytes(), "link_bytes": self.link_bytes()}
         for name, df in tables.items():
             if not df.empty:
-                df.to_parquet(out / f"{self.label}_{name}.parquet", index=False)
+                df.assign(repeat=self.repeat).to_parquet(out / f"{self.label}_rep{self.repeat}_{name}.parquet",
+                                                         index=False)
         return tables

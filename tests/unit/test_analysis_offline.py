@@ -1,8 +1,9 @@
 """The analysis tier, offline: a small real run folder (tests/data/mini-run, recorded by
-`zlab run` on this machine kind, see its README) -> tables, metrics, every fidelity rule, the
-markdown report. Each rule is shown to produce INVALID on records changed to break it."""
+`zlab run` on this machine kind, see its README) -> tables, metrics over repeats, every fidelity
+rule, the markdown report. Each rule is shown to produce INVALID on records changed to break it."""
 
 import json
+import math
 import shutil
 from pathlib import Path
 
@@ -10,7 +11,7 @@ import pandas as pd
 import pytest
 
 from testbed.measure import report
-from testbed.measure.report import RunFolderError
+from testbed.measure.report import MissingRecords, RunFolderError
 from testbed.records import RecordError, read_jsonl
 
 MINI = Path(__file__).resolve().parents[1] / "data" / "mini-run"
@@ -24,10 +25,8 @@ def run(tmp_path):
     return dst
 
 
-def _edit_json(path: Path, **fields):
-    data = json.loads(path.read_text())
-    data.update(fields)
-    path.write_text(json.dumps(data))
+def _edit_json(path: Path, fn):
+    path.write_text(json.dumps(fn(json.loads(path.read_text()))))
 
 
 def _rewrite_jsonl(path: Path, fn):
@@ -35,108 +34,195 @@ def _rewrite_jsonl(path: Path, fn):
     path.write_text("".join(json.dumps(r) + "\n" for r in recs))
 
 
+def _raw(run, label, k=0):
+    return run / label / "raw" / f"rep{k}"
+
+
 def test_the_committed_run_is_small_and_complete():
     size = sum(p.stat().st_size for p in MINI.rglob("*") if p.is_file())
     assert size <= 2 * 1024 * 1024, size
     exp = json.loads((MINI / "experiment.json").read_text())
-    assert set(exp["fabrics"]) == set(LABELS)
+    assert list(exp["fabrics"]) == list(LABELS) and exp["spec"]["repeats"] >= 2
     for label in LABELS:
-        assert (MINI / label / "raw" / "transfers.jsonl").stat().st_size > 0
+        for r in exp["fabrics"][label]["repeats"]:
+            assert (_raw(MINI, label, r["index"]) / "transfers.jsonl").stat().st_size > 0
 
 
 def test_tables_metrics_and_report_from_raw_records(run):
     metrics = report.build(run)
     exp = json.loads((run / "experiment.json").read_text())
-    n_req = exp["spec"]["workload"]["requests"]
+    n_req, k = exp["spec"]["workload"]["requests"], exp["spec"]["repeats"]
     for label in LABELS:
-        m = metrics[label]
-        assert m["fidelity"] == {"valid": True, "reasons": []}, m["fidelity"]
-        assert m["requests"] == m["requests_completed"] == m["kv_transfer_real_s"]["n"] == n_req
-        assert m["messages_completed"] == m["messages_posted"] == exp["fabrics"][label]["figures"]["messages"]
-        assert m["integrity_ok"] is True
-        req = pd.read_parquet(run / "tables" / f"{label}_requests.parquet")
-        msgs = pd.read_parquet(run / "tables" / f"{label}_messages.parquet")
-        # the request's KV time is its last shard's completion minus its KV-ready time, in real units
+        reps = metrics["fabrics"][label]["repeats"]
+        assert len(reps) == k
         dil = exp["fabrics"][label]["scaling"]["dilation"]
-        t0 = json.loads((run / label / "raw" / "run_clock.json").read_text())["t0_ns"]
-        for _, r in req.head(5).iterrows():  # recomputed by hand from the message records
-            done_s = (msgs.loc[msgs["req"] == r["req"], "t_complete_ns"].max() - t0) / 1e9
-            assert r["kv_transfer_real_s"] == pytest.approx((done_s - r["kv_ready_s"]) / dil)
-        assert (req["kv_transfer_real_s"] > 0).all()
-        assert len(msgs) == m["messages_completed"]
-        assert msgs["completion_real_s"].max() == pytest.approx(msgs["completion_s"].max() / dil)
-        qs = pd.read_parquet(run / "tables" / f"{label}_queue_samples.parquet")
-        assert m["queue_max_bytes"] == qs["backlog_bytes"].max()
-    assert metrics["zcube"]["messages_posted"] == 2 * metrics["roft"]["messages_posted"]  # two QPs per ZCube shard
+        for m in reps:
+            assert m["fidelity"] == {"valid": True, "reasons": []}, m["fidelity"]
+            assert m["requests"] == m["requests_completed"] == m["kv_transfer_real_s"]["n"] == n_req
+            assert m["messages_completed"] == m["messages_posted"]
+            assert m["integrity_ok"] is True and m["below_floor_messages"] == 0
+            req = pd.read_parquet(run / "tables" / f"{label}_rep{m['repeat']}_requests.parquet")
+            msgs = pd.read_parquet(run / "tables" / f"{label}_rep{m['repeat']}_messages.parquet")
+            t0 = json.loads((_raw(run, label, m["repeat"]) / "run_clock.json").read_text())["t0_ns"]
+            for _, r in req.head(5).iterrows():  # recomputed by hand from the message records
+                done_s = (msgs.loc[msgs["req"] == r["req"], "t_complete_ns"].max() - t0) / 1e9
+                assert r["kv_transfer_real_s"] == pytest.approx((done_s - r["kv_ready_s"]) / dil)
+            qs = pd.read_parquet(run / "tables" / f"{label}_rep{m['repeat']}_queue_samples.parquet")
+            assert m["queue_max_emulated_bytes"] == qs["backlog_bytes"].max()
+            lb = pd.read_parquet(run / "tables" / f"{label}_rep{m['repeat']}_link_bytes.parquet")
+            assert (lb["predicted_bytes"] > 0).sum() == m["loaded_ports"] > 0
+        # the summary is the mean and Student-t 95 % half-width over the repeats, by hand
+        v = [r["kv_transfer_real_s"]["p99"] for r in reps]
+        s = metrics["fabrics"][label]["summary"]["kv_p99_real_s"]
+        mean = sum(v) / len(v)
+        sd = math.sqrt(sum((x - mean) ** 2 for x in v) / (len(v) - 1))
+        t = {2: 12.706, 3: 4.303, 4: 3.182, 5: 2.776}[len(v)]
+        assert s["mean"] == pytest.approx(mean) and s["ci95"] == pytest.approx(t * sd / math.sqrt(len(v)))
+    c = metrics["comparison"]
+    z, r = metrics["fabrics"]["zcube"]["repeats"], metrics["fabrics"]["roft"]["repeats"]
+    ratios = [a["kv_transfer_real_s"]["p99"] / b["kv_transfer_real_s"]["p99"] for a, b in zip(z, r)]
+    assert c["kv_p99_real_s"]["ratio"]["values"] == pytest.approx(ratios)
+    assert c["kv_p99_real_s"]["a_better"] == sum(x < 1 for x in ratios)
+    assert metrics["fabrics"]["zcube"]["repeats"][0]["messages_posted"] == 2 * r[0]["messages_posted"]
     text = (run / "report.md").read_text()
     assert "Fidelity: zcube **valid**; roft **valid**" in text
-    p99 = metrics["roft"]["kv_transfer_real_s"]["p99"]
-    assert f"| KV-transfer completion p99 (real ms) |" in text and f"{1e3 * p99:.2f} (n={n_req})" in text
-    assert "## Setup" in text and "time dilation" in text and "Published reference numbers" in text
+    p99 = metrics["fabrics"]["roft"]["summary"]["kv_p99_real_s"]
+    assert f"| KV-transfer completion p99 (real ms) | " in text and f"{1e3 * p99['mean']:.2f} ± {1e3 * p99['ci95']:.2f}" in text
+    assert "zcube better in" in text and "## TTFT, decomposed" in text and "modelled (constant)" in text
+    assert "## Fidelity checks" in text and "Published reference numbers" in text and "comparable" in text
     for png in ("queue_over_time", "max_queue_heatmap", "kv_completion_cdf", "ttft_cdf", "link_util_heatmap",
-                "nic_kv_bytes"):
+                "nic_kv_bytes", "link_bytes_model_vs_measured"):
         assert (run / "plots" / f"{png}.png").read_bytes()[:4] == b"\x89PNG"
 
 
-def _reasons(run, label="roft"):
-    return report.build(run)[label]["fidelity"]["reasons"]
+def _reasons(run, label="roft", k=0):
+    metrics = report.build(run)
+    assert not metrics["fabrics"][label]["summary"]["fidelity"]["valid"]
+    return metrics["fabrics"][label]["repeats"][k]["fidelity"]["reasons"]
 
 
 def test_rule_replay_incomplete(run):
-    _edit_json(run / "roft" / "run.json", replay_status="timeout")
+    _edit_json(run / "roft" / "run.json", lambda d: dict(d, replays=[dict(r, status="timeout") if r["repeat"] == 0
+                                                                      else r for r in d["replays"]]))
     assert "replay timeout" in _reasons(run)
 
 
-def test_rule_cpu_bound(run):
-    cpu = run / "roft" / "raw" / "cpu.jsonl"
-    t_mid = read_jsonl(cpu)[len(read_jsonl(cpu)) // 2]["t_ns"]
-
-    def busy(r):  # from the middle of the replay on, ovs-vswitchd uses 95 % of a core more
-        r["ovs_cpu_s"] += 0.95 * max(0, r["t_ns"] - t_mid) / 1e9
-        return r
-
-    _rewrite_jsonl(cpu, busy)
-    assert any(r.startswith("CPU-bound: ovs at") for r in _reasons(run)), _reasons(run)
+def _busy(path: Path, key: str, share: float):
+    """From the middle of the repeat on, `key` rises by `share` of a core (or of the machine)."""
+    recs = read_jsonl(path)
+    t_mid = recs[len(recs) // 2]["t_ns"]
+    cores = recs[0].get("cores", 1) if key == "machine_busy_s" else 1
+    _rewrite_jsonl(path, lambda r: dict(r, **{key: r[key] + cores * share * max(0, r["t_ns"] - t_mid) / 1e9}))
 
 
-def test_rule_late_samples(run):
-    q = run / "zcube" / "raw" / "queues.jsonl"
+def test_rule_cpu_bound_daemon(run):
+    _busy(_raw(run, "roft") / "cpu.jsonl", "ovs_cpu_s", 0.95)
+    assert any(r.startswith("CPU-bound: ovs at") for r in _reasons(run))
+
+
+def test_rule_cpu_bound_machine(run):
+    _busy(_raw(run, "roft") / "cpu.jsonl", "machine_busy_s", 0.95)
+    assert any(r.startswith("CPU-bound: the machine at") for r in _reasons(run))
+
+
+def test_rule_subsecond_saturation_is_not_averaged_away(run):
+    """One ~250 ms sample interval at 100 % of a core is enough."""
+    path = _raw(run, "zcube") / "cpu.jsonl"
+    recs = read_jsonl(path)
+    i = len(recs) // 2
+    extra = (recs[i + 1]["t_ns"] - recs[i]["t_ns"]) / 1e9
+    _rewrite_jsonl(path, lambda r: dict(r, agent_cpu_s=r["agent_cpu_s"] + (extra if r["t_ns"] > recs[i]["t_ns"] else 0)))
+    assert any(r.startswith("CPU-bound: agent at") for r in _reasons(run, "zcube"))
+
+
+def test_rule_late_samples_count_the_whole_stall(run):
+    q = _raw(run, "zcube") / "queues.jsonl"
     _rewrite_jsonl(q, lambda r: dict(r, late=r["samples"] // 5) if r.get("type") == "footer" else r)
-    assert any("% of queue samples late" in r for r in _reasons(run, "zcube"))
+    assert any("% of queue sample periods missed" in r for r in _reasons(run, "zcube"))
 
 
 def test_rule_no_queue_samples(run):
-    (run / "zcube" / "raw" / "queues.jsonl").unlink()
+    (_raw(run, "zcube") / "queues.jsonl").unlink()
     assert "no queue samples" in _reasons(run, "zcube")
 
 
 def test_rule_calibration(run):
-    calib = json.loads((run / "roft" / "run.json").read_text())["calibration"]
-    _edit_json(run / "roft" / "run.json", calibration=dict(calib, ratio=0.5))
+    _edit_json(run / "roft" / "run.json", lambda d: dict(d, calibration=dict(d["calibration"], ratio=0.5)))
     assert "calibration 50 % of the configured rate" in _reasons(run)
 
 
 def test_rule_corrupted_transfers(run):
-    tr = run / "zcube" / "raw" / "transfers.jsonl"
     first = [True]
 
     def corrupt(r):
-        if first[0]:
-            first[0] = False
-            return dict(r, integrity_ok=False)
-        return r
+        bad, first[0] = first[0], False
+        return dict(r, integrity_ok=False) if bad else r
 
-    _rewrite_jsonl(tr, corrupt)
+    _rewrite_jsonl(_raw(run, "zcube") / "transfers.jsonl", corrupt)
     assert "corrupted transfers" in _reasons(run, "zcube")
 
 
+def test_rule_faster_than_the_serialisation_floor(run):
+    """A many-frame message that arrived in no time: shaping let it pass unshaped."""
+    def instant(r):
+        return dict(r, t_last_rx_ns=r["t_first_tx_ns"] + 1000) if r["packets"] >= 8 else r
+
+    _rewrite_jsonl(_raw(run, "roft") / "transfers.jsonl", instant)
+    assert any("faster than their serialisation floor" in r for r in _reasons(run))
+
+
+def test_rule_carried_utilisation_above_line_rate(run):
+    """Add 10 % more sent bytes than a loaded port can carry to its counters."""
+    q = _raw(run, "roft") / "queues.jsonl"
+    recs = read_jsonl(q)
+    header = next(r for r in recs if r.get("type") == "header")
+    j = header["ports"].index("l0r0-p3")  # leaf 0's first uplink: loaded in every rail-aligned draw
+    t_first = next(r["t_ns"] for r in recs if "t_ns" in r)
+    rate = 10e6 / 8  # 400G x 2.5e-5
+
+    def more(r):
+        if "x" in r:
+            r["x"][j] += int(1.1 * rate * (r["t_ns"] - t_first) / 1e9)
+        return r
+
+    _rewrite_jsonl(q, more)
+    assert any(r.startswith("carried utilisation") for r in _reasons(run))
+
+
+def test_rule_agent_release_lateness(run):
+    def late(r):
+        return dict(r, t_post_ns=r["t_due_ns"] + 50_000_000)
+
+    _rewrite_jsonl(_raw(run, "roft") / "transfers.jsonl", late)
+    assert any(r.startswith("agent released messages late") for r in _reasons(run))
+
+
+def test_rule_blocked_sends(run):
+    _edit_json(_raw(run, "zcube") / "counters.json",
+               lambda d: dict(d, ports={n: dict(p, tx_blocked=3 if n == "g0-p0" else p["tx_blocked"])
+                                        for n, p in d["ports"].items()}))
+    assert "3 agent sends blocked by a full host queue" in _reasons(run, "zcube")
+
+
+def test_rule_link_bytes_off_the_model(run):
+    """Give every ROFT QP a source port the switches did not see: the model now routes their
+    bytes over other spines than the queues counted them on."""
+    def reroute(d):
+        for q in d["qps"]:
+            q["sport"] = q["sport"] ^ 0x0FFF
+        return d
+
+    _edit_json(_raw(run, "roft") / "counters.json", reroute)
+    assert any("off the model" in r or "does not route through" in r for r in _reasons(run))
+
+
 def test_torn_last_line_is_skipped_a_damaged_one_is_not(run):
-    tr = run / "roft" / "raw" / "transfers.jsonl"
-    before = report.build(run)["roft"]
+    tr = _raw(run, "roft") / "transfers.jsonl"
+    before = report.build(run)["fabrics"]["roft"]["repeats"][0]
     with tr.open("a") as fh:
         fh.write('{"src": "g0-p0", "dst"')  # a writer killed mid-record
     assert read_jsonl(tr).torn
-    after = report.build(run)["roft"]
+    after = report.build(run)["fabrics"]["roft"]["repeats"][0]
     assert after["kv_transfer_real_s"] == before["kv_transfer_real_s"]
     lines = tr.read_text().splitlines()
     lines.insert(1, "garbage")
@@ -148,3 +234,10 @@ def test_torn_last_line_is_skipped_a_damaged_one_is_not(run):
 def test_report_refuses_a_folder_that_is_not_a_run(tmp_path):
     with pytest.raises(RunFolderError, match="not a zlab run folder"):
         report.build(tmp_path)
+
+
+def test_report_refuses_a_complete_run_without_raw_records(run):
+    for label in LABELS:
+        shutil.rmtree(run / label / "raw")
+    with pytest.raises(MissingRecords, match="raw records are missing"):
+        report.build(run)

@@ -31,9 +31,10 @@ def test_bad_settings(kw, message):
 
 
 def test_tc_commands_shape_and_bound_the_queue():
-    cmds = tc_commands("za0-p1", 20_000_000, 1500, 321)
+    cmds = tc_commands("za0-p1", 20_000_000, 1500, 321, 1138)
     assert cmds[0] == "qdisc replace dev za0-p1 root handle 1: htb default 1"
     assert "rate 20000000bit ceil 20000000bit" in cmds[1] and "quantum 1514" in cmds[1]
+    assert "burst 1138 cburst 1138" in cmds[1]  # one frame: nothing passes unshaped
     assert cmds[2].endswith("pfifo limit 321")
 
 

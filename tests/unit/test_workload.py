@@ -196,3 +196,21 @@ def test_trace_files_that_are_not_traces(tmp_path):
     js.write_text("[]")
     with pytest.raises(traces.TraceError, match=r"t.json: unsupported trace format '.json'; zlab reads .csv"):
         traces.read(str(js))
+
+
+def test_offered_load_counts_the_bytes_that_move_with_prefix_reuse(tmp_path):
+    """Requests that share prefix blocks move fewer KV bytes; the load factor is corrected so the
+    planned traffic is still the offered load asked for."""
+    import json as _json
+
+    recs = [{"timestamp": 1000 * i, "input_length": 2048, "output_length": 1, "hash_ids": [1, 2, 3, 10 + i]}
+            for i in range(40)]
+    p = tmp_path / "shared.jsonl"
+    p.write_text("\n".join(_json.dumps(r) for r in recs) + "\n")
+    trace = traces.read(str(p))
+    kw = dict(rate_scale=2.5e-5, size_scale=2.5e-4, tp=4, prefill_instances=2, decode_instances=2, requests=40)
+    plan = workload.plan(trace, kvmodel.model("llama3-70b"), kvmodel.TimeModel(), 16, 4, 400e9,
+                         offered_load=0.2, prefix_reuse=True, **kw)
+    assert plan.offered_load == pytest.approx(0.2, rel=1e-6)
+    moved = sum(r.kv_tokens for r in plan.requests)
+    assert moved < sum(r.input_tokens for r in plan.requests)  # reuse really removed bytes

@@ -1,0 +1,59 @@
+"""How many frames per second this machine's datapath forwards: the C of the scaling planner.
+
+Why measured, not assumed: the smallest dilation a queue-faithful run needs is inversely
+proportional to it (README "Scaling planner"), and it differs by datapath and machine. A tiny
+fabric (ZCube(2,2): every GPU-to-GPU frame crosses two switches) is brought up with fast links,
+the agent pushes 4 KB RoCE frames on several QPs at once, and the switch forwards achieved are
+divided by the CPU seconds ovs-vswitchd spent: forwards per core-second.
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+import os
+import time
+
+from traffic.agent import Agent
+
+from ..lab import state
+from .agents import port_spec
+from .config import EmulationConfig
+from .probes import LiveRun
+from .up import LiveFabric
+
+SPEC = "zcube:n=2,gpus_per_server=2"
+PAIRS = [("g0-p0", "g3-p1"), ("g1-p0", "g2-p1"), ("g2-p0", "g1-p1"), ("g3-p0", "g0-p1")]  # cons -> rail: 2 hops
+
+
+def _cpu_s(pid: int) -> float:
+    f = open(f"/proc/{pid}/stat").read().rsplit(")", 1)[1].split()
+    return (int(f[11]) + int(f[12])) / os.sysconf("SC_CLK_TCK")
+
+
+def measure(results_dir: str = "results", seconds: float = 3.0, rate_mbps: float = 300.0, log=print) -> dict:
+    """Bring up ZCube(2,2), blast every cons->rail pair at rate_mbps, return the capacity record."""
+    cfg = EmulationConfig(rate_scale=rate_mbps * 1e6 / 200e9, mtu_bytes=9000)
+    vswitchd = int(open("/var/run/openvswitch/ovs-vswitchd.pid").read().strip())
+    with LiveFabric(SPEC, cfg, results_dir=results_dir, run_id=f"capacity-{os.getpid()}", log=log,
+                    stats_interval_s=30.0, lldp_interval_s=30.0) as lf:
+        live = LiveRun(lf.dir)
+        agent = Agent()
+        size = int(rate_mbps * 1e6 / 8 * seconds)
+        for sp, dp in PAIRS:
+            agent.add_port(port_spec(live, sp))
+            agent.add_port(port_spec(live, dp))
+            conn = agent.connect(sp, dp, 49152 + len(agent.conns), 4096)
+            agent.post(conn, size)
+        cpu0, t0 = _cpu_s(vswitchd), time.monotonic()
+        agent.run(deadline_ns=time.monotonic_ns() + int(4 * seconds * 1e9))
+        wall, ovs_cpu = time.monotonic() - t0, _cpu_s(vswitchd) - cpu0
+        frames = sum(p.stats.tx_frames for n, p in agent.ports.items() if n.endswith("-p0"))
+        retransmits = sum(c.req.c.retransmits for c in agent.conns)
+        agent.close()
+    forwards = 2 * frames
+    record = {"forwards_per_core_s": forwards / max(ovs_cpu, 1e-9), "forwards_per_s": forwards / wall,
+              "ovs_cpu_fraction": ovs_cpu / wall, "frame_bytes": 4096 + 74, "wall_s": wall,
+              "offered_mbps": rate_mbps * len(PAIRS), "retransmits": retransmits, "datapath": lf.em.datapath
+              if lf.em else state.datapath(), "measured": dt.datetime.now().isoformat(timespec="seconds"),
+              "method": f"{SPEC}, {len(PAIRS)} QPs of 4 KB frames, 2 switch forwards per frame"}
+    return record

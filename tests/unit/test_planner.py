@@ -1,0 +1,53 @@
+"""The scaling planner's arithmetic against the design note's formulas, by hand."""
+
+import json
+
+import pytest
+
+from testbed.experiment import planner
+from testbed.experiment import spec as especs
+from testbed.experiment.resolve import resolve
+
+
+@pytest.fixture
+def capacity(tmp_path, monkeypatch):
+    monkeypatch.setenv("ZLAB_STATE_DIR", str(tmp_path))
+
+    def set_(forwards_per_core_s):
+        (tmp_path / "capacity.json").write_text(json.dumps({"forwards_per_core_s": forwards_per_core_s}))
+    return set_
+
+
+def test_assessment_of_the_spec_as_given(capacity):
+    capacity(20000.0)
+    exp = resolve(especs.load(None, ["workload.requests=20", "repeats=2"]))
+    c = planner.assess(exp)
+    frame = 4096 + 20 + 8 + 12 + 16 + 4 + 14  # path-MTU payload + IP, UDP, BTH, RETH, ICRC, Ethernet
+    assert c.frame_bytes == frame
+    assert c.capacity_measured and c.forwards_budget_per_s == pytest.approx(0.7 * 20000)
+    assert c.dilation == pytest.approx(c.size_scale / c.rate_scale)
+    # k frames in real bytes: 4 x F / size_scale
+    assert c.smallest_representable_real_queue_bytes == pytest.approx(4 * frame / 2.5e-4)
+    assert not c.queue_representable and any("not representable" in n for n in c.notes)
+    peak = max(fr.figures["peak_switch_forwards_per_s"] for fr in exp.fabrics.values())
+    assert c.peak_forwards_per_s == peak
+
+
+def test_queue_faithful_represents_the_xoff_and_keeps_the_headroom(capacity):
+    capacity(20000.0)
+    exp = resolve(especs.load(None, ["workload.requests=20", "repeats=3"]))
+    c = planner.queue_faithful(exp, budget_s=600)
+    q = exp.spec["measurement"]["xoff_real_bytes"]
+    assert c.size_scale == pytest.approx(4 * c.frame_bytes / q)  # sigma >= k F / Q, at equality
+    # the peak grows linearly with rate_scale: at the chosen rate it sits at 70 % of capacity
+    applied = resolve(especs.load(None, ["workload.requests=20", "repeats=3"] + planner.overrides(c)))
+    peak = max(fr.figures["peak_switch_forwards_per_s"] for fr in applied.fabrics.values())
+    assert peak == pytest.approx(0.7 * 20000, rel=0.02)
+    after = planner.assess(applied)
+    assert after.queue_representable and after.expected_wall_s <= 600 * 1.05
+
+
+def test_unmeasured_capacity_is_assumed_and_said(capacity, tmp_path):
+    exp = resolve(especs.load(None, ["workload.requests=10", "repeats=1"]))
+    c = planner.assess(exp)
+    assert not c.capacity_measured and any("not measured" in n for n in c.notes)
