@@ -24,7 +24,8 @@ from .rc import Message, QPCounters, Received, Requester, Responder
 
 MAX_RX_PER_WAKE = 512
 TIMER_TICK_NS = 1_000_000
-PACER_SLACK_NS = TIMER_TICK_NS  # credit an idle port may bank: one loop tick of line rate
+PACER_SLACK_NS = TIMER_TICK_NS
+LOOP_GAP_NS = 2 * TIMER_TICK_NS  # a loop turn longer than this is recorded (a stall)  # credit an idle port may bank: one loop tick of line rate
 
 
 @dataclass
@@ -119,6 +120,7 @@ class Agent:
         self._fd_port: dict[int, NicPort] = {}
         self.done: list[dict] = []
         self.cpu_s = 0.0
+        self.loop_gaps: list[tuple[int, int]] = []  # (wall ns, agent CPU ns) of loop turns > LOOP_GAP_NS
 
     # ---- setup ------------------------------------------------------------------------
     def add_port(self, spec: PortSpec) -> NicPort:
@@ -159,9 +161,15 @@ class Agent:
         next_timer = 0
         gc_was_on = gc.isenabled()
         gc.disable()  # a collection pause releases a whole batch of messages late
+        last_now, last_cpu = time.monotonic_ns(), time.thread_time_ns()
         try:
             while True:
                 now = time.monotonic_ns()
+                gap = now - last_now
+                if gap > LOOP_GAP_NS:  # the loop itself was late: busy (cpu ~ gap) or not scheduled
+                    cpu = time.thread_time_ns() - last_cpu
+                    self.loop_gaps.append((gap, cpu))
+                last_now, last_cpu = now, time.thread_time_ns()
                 while self._schedule and self._schedule[0][0] <= now:
                     _, _, conn, msg = heapq.heappop(self._schedule)
                     if msg.data is None:
@@ -310,6 +318,9 @@ class Agent:
                      "requester": qp(c.req.c), "responder": qp(c.resp.c)} for c in self.conns],
             "ports": {n: vars(p.stats) for n, p in self.ports.items()},
             "agent_cpu_s": self.cpu_s,
+            "loop_stalls": {"count": len(self.loop_gaps), "max_ns": max((g for g, _ in self.loop_gaps), default=0),
+                            "wall_ns": sum(g for g, _ in self.loop_gaps), "cpu_ns": sum(c for _, c in self.loop_gaps),
+                            "threshold_ns": LOOP_GAP_NS},
         }
 
     def close(self) -> None:

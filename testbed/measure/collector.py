@@ -32,18 +32,19 @@ def cpu_seconds(pid: int) -> float | None:
     return (int(f[11]) + int(f[12])) / os.sysconf("SC_CLK_TCK")
 
 
-def machine_cpu() -> tuple[float, int]:
-    """(busy seconds summed over all cores, number of cores) from /proc/stat."""
+def machine_cpu() -> tuple[float, float, int]:
+    """(busy seconds summed over all cores, of which stolen by the hypervisor, cores), /proc/stat."""
     with open("/proc/stat") as fh:
         head = fh.readline().split()
         cores = sum(1 for line in fh if line.startswith("cpu"))
     user, nice, system, idle, iowait, irq, softirq, steal = (int(x) for x in head[1:9])
-    return (user + nice + system + irq + softirq + steal) / os.sysconf("SC_CLK_TCK"), cores
+    tck = os.sysconf("SC_CLK_TCK")
+    return (user + nice + system + irq + softirq + steal) / tck, steal / tck, cores
 
 
 def cpu_record(now: int, pids: dict) -> dict:
-    busy, cores = machine_cpu()
-    return {"t_ns": now, "machine_busy_s": busy, "cores": cores,
+    busy, steal, cores = machine_cpu()
+    return {"t_ns": now, "machine_busy_s": busy, "machine_steal_s": steal, "cores": cores,
             **{f"{k}_cpu_s": cpu_seconds(p) for k, p in pids.items()}}
 
 

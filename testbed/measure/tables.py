@@ -90,15 +90,20 @@ class FabricData:
         reqs["kv_real_bytes"] = reqs["req"].map(transfers.groupby("req")["real_bytes"].sum())
         reqs["kv_ready_s"] = reqs["t_arrival_s"] + reqs["prefill_wait_s"] + reqs["prefill_s"]
         if msgs.empty:
-            reqs["kv_done_s"] = np.nan
+            reqs["kv_done_s"] = reqs["kv_done_on_time_s"] = np.nan
         else:
-            per_req = msgs.groupby("req").agg(done_ns=("t_complete_ns", "max"), n=("msg_id", "size"),
-                                              ok=("integrity_ok", "all"))
+            # what each message's completion would have been had the agent released it on time
+            on_time_ns = msgs["t_complete_ns"] - (msgs["release_lateness_s"] * 1e9).round().astype("int64")
+            per_req = msgs.assign(on_time_ns=on_time_ns).groupby("req").agg(
+                done_ns=("t_complete_ns", "max"), on_time_ns=("on_time_ns", "max"), n=("msg_id", "size"),
+                ok=("integrity_ok", "all"))
             expected = transfers.groupby("req").size() * self.subflows_per_transfer
             done = per_req["n"] >= expected.reindex(per_req.index)
             reqs["kv_done_s"] = reqs["req"].map(((per_req["done_ns"] - self.t0_ns) / 1e9).where(done))
+            reqs["kv_done_on_time_s"] = reqs["req"].map(((per_req["on_time_ns"] - self.t0_ns) / 1e9).where(done))
             reqs["integrity_ok"] = reqs["req"].map(per_req["ok"])
         reqs["kv_transfer_s"] = reqs["kv_done_s"] - reqs["kv_ready_s"]
+        reqs["kv_transfer_on_time_real_s"] = (reqs["kv_done_on_time_s"] - reqs["kv_ready_s"]) / self.dilation
         reqs["ttft_s"] = reqs["kv_done_s"] + reqs["first_decode_step_s"] - reqs["t_arrival_s"]
         for col in ("kv_transfer", "ttft", "prefill_wait", "prefill", "first_decode_step"):
             reqs[f"{col}_real_s"] = reqs[f"{col}_s"] / self.dilation
@@ -238,14 +243,15 @@ class FabricData:
             return out
         t = np.array([r["t_ns"] for r in rows]) / 1e9
         dt = np.diff(t)
-        keys = [k for k in rows[0] if k.endswith("_cpu_s")] + (["machine_busy_s"] if "machine_busy_s" in rows[0] else [])
+        keys = [k for k in rows[0] if k.endswith("_cpu_s")] + [k for k in ("machine_busy_s", "machine_steal_s")
+                                                                 if k in rows[0]]
         for key in keys:
             v = np.array([r.get(key) if r.get(key) is not None else np.nan for r in rows], dtype=float)
-            scale = float(rows[0].get("cores", 1)) if key == "machine_busy_s" else 1.0
+            scale = float(rows[0].get("cores", 1)) if key.startswith("machine_") else 1.0
             ok = dt > 0.05
             fr = np.diff(v)[ok] / dt[ok] / scale
             total = (v[-1] - v[0]) / (t[-1] - t[0]) / scale
-            name = "machine" if key == "machine_busy_s" else key.replace("_cpu_s", "")
+            name = {"machine_busy_s": "machine", "machine_steal_s": "steal"}.get(key, key.replace("_cpu_s", ""))
             out[name] = {"max": float(np.nanmax(fr)) if fr.size else float(total), "mean": float(total)}
         return out
 

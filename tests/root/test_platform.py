@@ -57,3 +57,21 @@ def test_doctor_catches_stopped_ovs_then_provision_restarts_it():
 def test_vagrantfile_validates():
     out = sh(f"cd {REPO} && vagrant validate --ignore-provider")
     assert "Vagrantfile validated successfully" in out.stdout
+
+
+def test_doctor_measures_and_stores_the_datapath_capacity(tmp_path):
+    """The planner's C: switch forwards per ovs-vswitchd core-second, measured here, stored."""
+    state = tmp_path / "state"
+    state.mkdir()
+    sh(f"cp /var/lib/zlab/datapath {state}/datapath")
+    import os
+
+    proc = zlab("doctor", "--capacity", "--results", str(tmp_path), env={**os.environ, "ZLAB_STATE_DIR": str(state)},
+                timeout=300)
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    rec = json.loads((state / "capacity.json").read_text())
+    assert "switch forwards per ovs-vswitchd core-second" in proc.stdout
+    # 4 KB frames through two switches: at least a few thousand per core-second, and the probe
+    # really loaded the datapath (otherwise the figure would be idle overhead, not capacity)
+    assert rec["forwards_per_core_s"] > 2000 and rec["ovs_cpu_fraction"] > 0.2, rec
+    assert rec["datapath"] in ("netdev", "system") and rec["forwards_per_s"] > 0
