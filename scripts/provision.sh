@@ -9,6 +9,12 @@
 #
 # Why each step exists is in the comment above it; see README "Lab platform".
 set -euo pipefail
+# Root is needed (Mininet, OVS, apt). As a sudo user, re-run through sudo; as root (a fresh Debian
+# machine has no sudo), just run.
+if [ "$(id -u)" -ne 0 ]; then
+  command -v sudo >/dev/null || { echo "$0: run as root (no sudo on this machine)" >&2; exit 1; }
+  exec sudo -E bash "$0" "$@"
+fi
 
 REPO="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
 VENV="$REPO/.venv"

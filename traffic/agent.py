@@ -19,7 +19,7 @@ from dataclasses import dataclass, field
 
 from . import roce
 from .cc import Timely
-from .port import Pacer, PreciseEpoll, open_packet_socket
+from .port import Pacer, PreciseEpoll, open_packet_socket, socket_drops
 from .rc import Message, QPCounters, Received, Requester, Responder
 
 MAX_RX_PER_WAKE = 512
@@ -43,13 +43,14 @@ class PortStats:
     tx_frames: int = 0
     rx_frames: int = 0
     tx_blocked: int = 0
+    socket_drops: int = 0  # frames the kernel dropped on this port's socket (receive buffer full)
     malformed: dict = field(default_factory=dict)  # reason -> count
 
 
 class NicPort:
-    def __init__(self, spec: PortSpec, now_ns: int, pace_fraction: float):
+    def __init__(self, spec: PortSpec, now_ns: int, pace_fraction: float, socket_buffer_bytes: int = 8 << 20):
         self.spec = spec
-        self.sock = open_packet_socket(spec.name, spec.netns_pid)
+        self.sock = open_packet_socket(spec.name, spec.netns_pid, socket_buffer_bytes)
         # slack: 1 ms of line rate banked at most (absorbs a late wake-up); frames leave at line rate
         self.pacer = Pacer(spec.rate_bps * pace_fraction, now_ns=now_ns,
                            burst_bytes=int(spec.rate_bps * pace_fraction * PACER_SLACK_NS / 8e9))
@@ -103,12 +104,14 @@ def message_data(msg_id: int, size: int) -> bytes:
 
 
 class Agent:
-    def __init__(self, on_record=None, pace_fraction: float = 1.0, rc_opts: dict | None = None):
+    def __init__(self, on_record=None, pace_fraction: float = 1.0, rc_opts: dict | None = None,
+                 socket_buffer_bytes: int = 8 << 20):
         """on_record: called with each completed message's record (the caller decides where
         records go; the traffic core writes no files of its own)."""
         self.ports: dict[str, NicPort] = {}
         self.conns: list[Connection] = []
         self.on_record = on_record
+        self.socket_buffer_bytes = socket_buffer_bytes
         self.pace_fraction = pace_fraction
         self.rc_opts = rc_opts or {}
         self._qpn = itertools.count(0x100)
@@ -126,7 +129,7 @@ class Agent:
     def add_port(self, spec: PortSpec) -> NicPort:
         if spec.name in self.ports:
             return self.ports[spec.name]
-        port = NicPort(spec, time.monotonic_ns(), self.pace_fraction)
+        port = NicPort(spec, time.monotonic_ns(), self.pace_fraction, self.socket_buffer_bytes)
         self.ports[spec.name] = port
         self.epoll.register(port.sock.fileno(), select.EPOLLIN)
         self._fd_port[port.sock.fileno()] = port
@@ -309,6 +312,10 @@ class Agent:
             self.on_record(rec)
 
     # ---- results ------------------------------------------------------------------------
+    def collect_socket_drops(self) -> None:
+        for p in self.ports.values():
+            p.stats.socket_drops += socket_drops(p.sock)
+
     def counters(self) -> dict:
         def qp(c: QPCounters) -> dict:
             return dict(vars(c))
@@ -324,6 +331,7 @@ class Agent:
         }
 
     def close(self) -> None:
+        self.collect_socket_drops()
         for p in self.ports.values():
             p.sock.close()
         self.epoll.close()

@@ -96,6 +96,17 @@ def in_netns(pid: int | None):
         os.close(there)
 
 
+PACKET_STATISTICS = 6
+
+
+def socket_drops(sock: socket.socket) -> int:
+    """Frames the kernel dropped on this packet socket since the last call (PACKET_STATISTICS
+    reads and resets tpacket_stats {tp_packets, tp_drops}): a receive buffer the agent did not
+    drain in time."""
+    _, drops = struct.unpack("II", sock.getsockopt(SOL_PACKET, PACKET_STATISTICS, 8))
+    return drops
+
+
 def open_packet_socket(ifname: str, netns_pid: int | None, buf_bytes: int = 8 << 20) -> socket.socket:
     with in_netns(netns_pid):
         s = socket.socket(socket.AF_PACKET, socket.SOCK_RAW, socket.htons(ETH_P_IP))
@@ -107,6 +118,7 @@ def open_packet_socket(ifname: str, netns_pid: int | None, buf_bytes: int = 8 <<
         s.setsockopt(socket.SOL_SOCKET, socket.SO_SNDBUF, buf_bytes)
         s.bind((ifname, ETH_P_IP))
         s.setblocking(False)
+        socket_drops(s)  # start the socket's drop count at zero
     # drain anything that arrived before the filter was attached
     try:
         while True:

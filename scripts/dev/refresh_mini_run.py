@@ -16,7 +16,7 @@ from pathlib import Path
 
 REPO = Path(__file__).resolve().parents[2]
 DEST = REPO / "tests" / "data" / "mini-run"
-ARGS = ["--set", "workload.requests=12", "--no-progress"]
+ARGS = ["--set", "workload.requests=12", "--set", "repeats=2", "--no-progress"]
 README = """# mini-run: a small real zlab run for the offline analysis tests
 
 Recorded on this project's machine kind by `scripts/dev/refresh_mini_run.py` (`zlab run {args}`:

@@ -80,11 +80,46 @@ def _summary(root, metrics) -> None:
     print(f"[zlab] report: {root}/report.md  (real-cluster ms and µs, mean ± 95 % CI over repeats)")
 
 
+def _retry_spec(run_dir: str):
+    """The spec of an earlier run, narrowed to its invalid fabrics, with the advice applied."""
+    from ..experiment import advice, spec as especs
+    from ..measure.report import RunFolderError
+    from ..records import read_json, write_json
+
+    root = Path(run_dir)
+    if not (root / "experiment.json").exists() or not (root / "metrics.json").exists():
+        raise RunFolderError(f"{root}: no experiment.json/metrics.json; --retry-invalid takes a finished run folder")
+    exp, metrics = read_json(root / "experiment.json"), read_json(root / "metrics.json")
+    a = advice.advise(exp, metrics)
+    if not a.fabrics:
+        raise UserInputError(f"{root}: every fabric's run is valid; nothing to retry")
+    if not a.retry_possible:
+        raise UserInputError(f"{root}: the invalid runs are not fixable by scaling: {'; '.join(a.unfixable[:3])}")
+    spec = dict(exp["spec"], fabrics={lab: exp["spec"]["fabrics"][lab] for lab in a.fabrics})
+    for o in a.overrides:
+        spec = especs.apply_override(spec, o)
+    path = root / "retry-spec.json"
+    write_json(path, spec, sort_keys=False)
+    for w in a.why:
+        print(f"[zlab] retry: {w}")
+    return especs.validate(spec)
+
+
 def cmd_run(args) -> int:
+    from ..experiment import advice
     from ..experiment.runner import run_experiment
     from ..records import read_json
 
-    exp = _resolved(args.spec, args.set, args.preset, args.budget_s)  # every part checked before bring-up
+    if args.retry_invalid:
+        if args.spec or args.set:
+            raise UserInputError("--retry-invalid takes the earlier run's spec; give no SPEC or --set with it")
+        from ..experiment import planner
+        from ..experiment.resolve import resolve
+
+        exp = resolve(_retry_spec(args.retry_invalid))
+        exp.scaling_choice = planner.assess(exp, "retry").to_dict()
+    else:
+        exp = _resolved(args.spec, args.set, args.preset, args.budget_s)  # every part checked before bring-up
     if args.dry_run:
         print_plan(exp)
         return 0
@@ -94,7 +129,11 @@ def cmd_run(args) -> int:
     _summary(root, metrics)
     if status != "complete":
         return 130
-    return 0 if all(f["summary"]["fidelity"]["valid"] for f in metrics.get("fabrics", {}).values()) else 3
+    if all(f["summary"]["fidelity"]["valid"] for f in metrics.get("fabrics", {}).values()):
+        return 0
+    for line in advice.lines(advice.advise(read_json(root / "experiment.json"), metrics), str(root)):
+        print(line)
+    return 3
 
 
 def cmd_sweep(args) -> int:
@@ -174,6 +213,9 @@ def add_commands(sub) -> None:
                     help="as-given: the spec's scales (the default spec is the fast preset); queue-faithful: the "
                          "planner picks rate and size scales so the XOFF is >= 4 frames and the peak stays within "
                          "70 %% of the measured capacity, and cuts requests to the budget")
+    ru.add_argument("--retry-invalid", metavar="RUN",
+                    help="rerun only the INVALID fabrics of an earlier run, with the change its verdict suggested "
+                         "(printed after an invalid run)")
     ru.add_argument("--budget-s", type=float, default=600.0,
                     help="wall-time budget for --preset queue-faithful, seconds (default 600)")
     experiment_args(ru)

@@ -22,7 +22,7 @@ from pathlib import Path
 
 from traffic.agent import Agent
 
-from ..emulation import runfolder
+from ..emulation import losses, runfolder
 from ..emulation.agents import port_spec
 from ..emulation.calibrate import iperf3_udp
 from ..emulation.probes import LiveRun
@@ -96,7 +96,7 @@ def replay(exp: Experiment, fr: FabricRun, rep: Repeat, lf: LiveFabric, live: Li
         stderr=open(raw / "collector.log", "w"), preexec_fn=lambda: os.nice(COLLECTOR_NICE))
     lf.registry.process(collector.pid, "collector")
     records = JsonLines(raw / "transfers.jsonl")
-    agent = Agent(records.write)
+    agent = Agent(records.write, socket_buffer_bytes=spec["emulation"]["agent_socket_buffer_bytes"])
     status = "incomplete"
     label = f"{fr.label} {rep.index + 1}/{len(fr.repeats)}"
     try:
@@ -111,6 +111,7 @@ def replay(exp: Experiment, fr: FabricRun, rep: Repeat, lf: LiveFabric, live: Li
                 conns[key] = agent.connect(msg.src_port, msg.dst_port, rng.randrange(49152, 65536),
                                            spec["deployment"]["path_mtu"])
             queue.append((conns[key], msg, t))
+        drops_before = losses.snapshot(live, _vswitchd_pid())
         # t0 only after all set-up work, so no transfer is released late in a burst
         t0 = time.monotonic_ns() + 1_000_000_000
         for conn, msg, t in queue:
@@ -133,12 +134,16 @@ def replay(exp: Experiment, fr: FabricRun, rep: Repeat, lf: LiveFabric, live: Li
             finished = agent.run(deadline_ns=deadline, progress=progress)
         progress(agent)
         status = "complete" if finished else "timeout"
+        after = losses.snapshot(live, _vswitchd_pid())
+        write_json(raw / "drops.json", {"before": drops_before, "after": after,
+                                        "delta": losses.delta(drops_before, after)})
     finally:
         collector.send_signal(signal.SIGTERM)
         try:
             collector.wait(timeout=10)
         except subprocess.TimeoutExpired:
             collector.kill()
+        agent.collect_socket_drops()
         write_json(raw / "counters.json", agent.counters())
         agent.close()
         records.close()

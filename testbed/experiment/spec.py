@@ -55,7 +55,9 @@ SCHEMA = {
         "emulation": _section(
             rate_scale=_n(1.25e-5, 0),
             mtu_bytes=_n(9000, 576, False, 9000, integer=True),
-            queue_limit_pkts=_n(1000, 1, False, integer=True)),
+            queue_limit_pkts=_n(1000, 1, False, integer=True),
+            # the agent's packet-socket buffers (send and receive): too small and frames die there
+            agent_socket_buffer_bytes=_n(8388608, 2304, False, integer=True)),
         "workload": _section(
             trace={"type": "string", "default": "azure-code"},
             start_index=_n(0, 0, False, integer=True),

@@ -83,12 +83,13 @@ def main(argv=None) -> int:
             late += (now - t_next) // period  # every period the stall swallowed, counted once
             t_next = now
         stats = reader.dump(b"pfifo")
+        dump_ns = time.monotonic_ns() - now  # the counters were read somewhere in [now, now + dump_ns]
         vals = [stats.get(k) for k in keys]
         if any(v is None for v in vals):
             missing = [ports[i] for i, v in enumerate(vals) if v is None]
             print(f"collector: queues vanished: {missing[:4]}", file=sys.stderr)
             break
-        qf.write({"t_ns": now, "b": [v[4] for v in vals], "q": [v[3] for v in vals],
+        qf.write({"t_ns": now, "dump_ns": dump_ns, "b": [v[4] for v in vals], "q": [v[3] for v in vals],
                   "d": [v[5] for v in vals], "x": [v[1] for v in vals]})
         samples += 1
         if now >= t_cpu:

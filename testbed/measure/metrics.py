@@ -71,10 +71,26 @@ def repeat_metrics(fd: FabricData, tables: dict, m: dict) -> dict:
         "blocked_sends": int(sum(p.get("tx_blocked", 0) for p in ports.values())),
         "link_bytes_max_error": float(ld["error_beyond_frame"].max()) if not ld.empty else None,
         "link_bytes_stray_ports": sorted(stray["port"].tolist()) if not stray.empty else [],
+        "drops": _drops(fd, qs),
+        "transport_loss_events": int(sum(q["requester"]["retransmits"] + q["requester"]["naks"]
+                                         + q["requester"]["timeouts"] for q in fd.counters.get("qps", []))),
         "cpu_fraction": fd.cpu_fractions(), "late_sample_fraction": late_frac,
         "calibration": fd.run.get("calibration"),
     }
     out["fidelity"] = fidelity(out, m)
+    return out
+
+
+def _drops(fd: FabricData, qs) -> dict | None:
+    """Frames dropped during the replay, per location: switch egress queues (the collector's
+    samples), every counter losses.py snapshots, and the agent's sockets. None: not recorded."""
+    if fd.drops is None:
+        return None
+    out = {"switch_queues": int(qs.groupby("port")["drops_total"].max().sum() - qs.groupby("port")["drops_total"].min().sum())
+           if not qs.empty else 0}
+    for loc, items in fd.drops.items():
+        out[loc] = int(sum(items.values()))
+    out["agent_sockets"] = int(sum(p.get("socket_drops", 0) for p in fd.counters.get("ports", {}).values()))
     return out
 
 
@@ -121,6 +137,15 @@ def fidelity(out: dict, m: dict) -> dict:
         reasons.append(f"agent released messages late (p99 {1e3 * lat:.1f} ms emulated), moving KV p50/p99 by "
                        f"{100 * shift:.1f} % (limit {100 * m['max_lateness_shift']:.0f} %)"
                        + (f"; hypervisor steal up to {100 * steal:.0f} % of the cores" if steal else ""))
+    drops = out["drops"]
+    if drops is not None:
+        outside = {k: v for k, v in drops.items() if k != "switch_queues" and v}
+        if outside:
+            reasons.append("frames dropped outside a switch egress queue: "
+                           + ", ".join(f"{v} at {k.replace('_', ' ')}" for k, v in sorted(outside.items())))
+        if out["transport_loss_events"] and not sum(drops.values()):
+            reasons.append(f"the transport saw loss ({out['transport_loss_events']} retransmissions, NAKs or timeouts) "
+                           "that no drop counter explains")
     if out["blocked_sends"]:
         reasons.append(f"{out['blocked_sends']} agent sends blocked by a full host queue")
     err = out["link_bytes_max_error"]

@@ -51,6 +51,7 @@ class FabricData:
         self.queue_rows = [r for r in q if "t_ns" in r]
         self.cpu_rows = _jsonl(raw / "cpu.jsonl")
         self.counters = read_json(raw / "counters.json") if (raw / "counters.json").exists() else {}
+        self.drops = read_json(raw / "drops.json")["delta"] if (raw / "drops.json").exists() else None
         self._port = {p.name: p for p in self.fabric.ports}
 
     @property
@@ -144,18 +145,24 @@ class FabricData:
 
     def link_util(self, window_s: float) -> pd.DataFrame:
         """Per switch egress port and window: carried = sent / capacity; offered = (sent +
-        backlog growth + dropped) / capacity — above 1 when more arrives than the link carries."""
+        backlog growth + dropped) / capacity — above 1 when more arrives than the link carries.
+
+        A sample's counters were read somewhere during its netlink dump, which a descheduled vCPU
+        can stretch; the window is taken as the longest span its counters can cover (from the
+        first sample's start to the end of the last one's dump), so carried utilisation is never
+        overstated by a late read."""
         arr = self.queue_arrays()
         if arr is None:
             return pd.DataFrame()
         t, ports, b, q, d, x = arr
+        dump = np.array([r.get("dump_ns", 0) for r in self.queue_rows], dtype=float) / 1e9
         rate = self.port_rate_bps(ports)
         frame = self.mtu_bytes + 14
         edges = np.arange(t[0], t[-1] + window_s, window_s)
         idx = np.unique(np.clip(np.searchsorted(t, edges), 0, len(t) - 1))
         rows = []
         for i0, i1 in zip(idx[:-1], idx[1:]):
-            dt_s = t[i1] - t[i0]
+            dt_s = t[i1] + dump[i1] - t[i0]
             if dt_s <= 0:
                 continue
             sent = (x[i1] - x[i0]) * 8.0

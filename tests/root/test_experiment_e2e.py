@@ -59,10 +59,21 @@ def test_flow_model_predicts_the_direction():
         assert min(util(f, "incast", s) for s in seeds) >= 4.0
 
 
+MACHINE_BOUND = ("CPU-bound", "agent released messages late", "queue sample periods missed")
+
+
 def _valid(m):
+    """Every repeat valid — or voided only by rules about the machine (CPU, lateness, missed
+    samples) while its record shows the machine saturated or the hypervisor stealing the CPU:
+    this VM's host takes up to half of its cores at times (README "What this machine does").
+    The emulator's own rules (shaping, routing, drops, integrity) must always hold."""
     for label in ("zcube", "roft"):
-        f = m["fabrics"][label]["summary"]["fidelity"]
-        assert f["valid"], (label, f)
+        for r in m["fabrics"][label]["repeats"]:
+            bad = [x for x in r["fidelity"]["reasons"] if not x.startswith(MACHINE_BOUND)]
+            assert not bad, (label, r["repeat"], bad)
+            if r["fidelity"]["reasons"]:
+                cpu = r["cpu_fraction"]
+                assert cpu["machine"]["max"] > 0.9 or cpu.get("steal", {}).get("max", 0) > 0.1, (label, r["repeat"], cpu)
 
 
 def test_rank_shifted_roft_is_worse_than_zcube(rank_shifted):
@@ -141,3 +152,16 @@ def test_interrupted_run_keeps_data_and_says_so(tmp_path):
     assert "INCOMPLETE" in (root / "report.md").read_text()
     assert (root / "zcube" / "raw" / "rep0" / "transfers.jsonl").stat().st_size > 0
     assert not {"za0", "sp0"} & bridges()
+
+
+def test_loss_outside_the_queues_is_found_and_named(tmp_path):
+    """Agent sockets too small for one frame at fast links: frames die in the receiving socket,
+    go-back-N repairs them, and the run is INVALID naming where they died."""
+    exp = resolve(especs.load(None, ["workload.requests=20", "repeats=1", "emulation.rate_scale=1e-4",
+                                     "emulation.agent_socket_buffer_bytes=2304", "measurement.calibrate=false",
+                                     "fabrics={roft: 'roft:gpus=16,gpus_per_server=4,segments=2'}"]))
+    root, status = run_experiment(exp, results_dir=str(tmp_path), log=lambda *_: None, show_progress=False)
+    m = json.loads((root / "metrics.json").read_text())["fabrics"]["roft"]
+    rep = m["repeats"][0]
+    assert rep["drops"]["agent_sockets"] > 0 and rep["transport_loss_events"] > 0, rep["drops"]
+    assert any("at agent sockets" in r for r in m["summary"]["fidelity"]["reasons"]), m["summary"]["fidelity"]

@@ -75,3 +75,27 @@ def test_doctor_measures_and_stores_the_datapath_capacity(tmp_path):
     # really loaded the datapath (otherwise the figure would be idle overhead, not capacity)
     assert rec["forwards_per_core_s"] > 2000 and rec["ovs_cpu_fraction"] > 0.2, rec
     assert rec["datapath"] in ("netdev", "system") and rec["forwards_per_s"] > 0
+
+
+def test_readme_commands_work_as_root_and_as_a_sudo_user(tmp_path):
+    """README's commands carry no sudo: as root they run as they are (a fresh Debian has no sudo);
+    as another user they re-run themselves through sudo (a fake one here, which records the call)."""
+    import os
+
+    fake = tmp_path / "bin"
+    fake.mkdir()
+    log = tmp_path / "sudo.log"
+    (fake / "sudo").write_text(f"#!/bin/sh\necho \"$@\" >> {log}\n")
+    (fake / "sudo").chmod(0o755)
+    tmp_path.chmod(0o755)
+    log.touch()
+    log.chmod(0o666)
+    readme = (REPO / "README.md").read_text()
+    assert "\nbash scripts/main.sh" in readme and "\nbash scripts/test.sh" in readme and "sudo bash" not in readme
+    env = f"PATH={fake}:{os.environ['PATH']}"
+    as_root = sh(f"env {env} bash {REPO}/scripts/provision.sh --help")
+    assert "provision.sh" in as_root.stdout and log.read_text() == ""
+    for script in ("provision.sh", "main.sh", "test.sh"):
+        sh(f"runuser -u nobody -- env {env} bash {REPO}/scripts/{script} --help")
+    calls = log.read_text().splitlines()
+    assert [c.split()[:2] for c in calls] == [["-E", "bash"]] * 3 and calls[1].endswith("main.sh --help"), calls

@@ -172,17 +172,16 @@ def test_rule_faster_than_the_serialisation_floor(run):
 
 
 def test_rule_carried_utilisation_above_line_rate(run):
-    """Add 10 % more sent bytes than a loaded port can carry to its counters."""
+    """Add 10 % of a port's line rate more sent bytes than it can carry to every port's counter."""
     q = _raw(run, "roft") / "queues.jsonl"
     recs = read_jsonl(q)
-    header = next(r for r in recs if r.get("type") == "header")
-    j = header["ports"].index("l0r0-p3")  # leaf 0's first uplink: loaded in every rail-aligned draw
     t_first = next(r["t_ns"] for r in recs if "t_ns" in r)
-    rate = 10e6 / 8  # 400G x 2.5e-5
+    exp = json.loads((run / "experiment.json").read_text())
+    rate = 400e9 * exp["fabrics"]["roft"]["scaling"]["rate_scale"] / 8  # bytes/s of every ROFT port
 
     def more(r):
         if "x" in r:
-            r["x"][j] += int(1.1 * rate * (r["t_ns"] - t_first) / 1e9)
+            r["x"] = [x + int(1.1 * rate * (r["t_ns"] - t_first) / 1e9) for x in r["x"]]
         return r
 
     _rewrite_jsonl(q, more)
@@ -241,3 +240,63 @@ def test_report_refuses_a_complete_run_without_raw_records(run):
         shutil.rmtree(run / label / "raw")
     with pytest.raises(MissingRecords, match="raw records are missing"):
         report.build(run)
+
+
+def test_rule_drops_outside_a_switch_queue_name_their_location(run):
+    _edit_json(_raw(run, "roft") / "drops.json",
+               lambda d: dict(d, delta=dict(d["delta"], ovs_sockets={"l0r0-p3": 5})))
+    assert any(r.startswith("frames dropped outside a switch egress queue: 5 at ovs sockets") for r in _reasons(run))
+
+
+def test_rule_agent_socket_drops(run):
+    _edit_json(_raw(run, "zcube") / "counters.json",
+               lambda d: dict(d, ports={n: dict(p, socket_drops=3 if n == "g9-p1" else 0) for n, p in d["ports"].items()}))
+    assert any("3 at agent sockets" in r for r in _reasons(run, "zcube"))
+
+
+def test_rule_loss_no_counter_explains(run):
+    def lossy(d):
+        d["qps"][0]["requester"]["retransmits"] = 12
+        return d
+
+    _edit_json(_raw(run, "roft") / "counters.json", lossy)
+    assert any("no drop counter explains" in r for r in _reasons(run))
+
+
+def test_a_clean_run_accounts_every_location(run):
+    m = report.build(run)["fabrics"]["roft"]["repeats"][0]
+    assert set(m["drops"]) == {"switch_queues", "ovs_port_counters", "ovs_sockets", "ovs_datapath", "switch_ports",
+                               "host_ports", "host_qdiscs", "agent_sockets"}
+
+
+def test_an_invalid_verdict_says_what_to_change_and_retries_only_that_fabric(run, capsys):
+    from testbed.cli import main
+    from testbed.experiment import advice
+
+    _busy(_raw(run, "roft") / "cpu.jsonl", "ovs_cpu_s", 0.95)
+    metrics = report.build(run)
+    exp = json.loads((run / "experiment.json").read_text())
+    a = advice.advise(exp, metrics)
+    rho = exp["spec"]["emulation"]["rate_scale"]
+    assert a.fabrics == ["roft"] and a.retry_possible
+    (override,) = a.overrides
+    assert override.startswith("emulation.rate_scale=") and float(override.split("=")[1]) <= rho / 2
+    text = "\n".join(advice.lines(a, str(run)))
+    assert f"zlab run --retry-invalid {run}" in text and "dilation" in text
+    from testbed.cli.experiment import _retry_spec
+
+    spec = _retry_spec(str(run))
+    assert list(spec["fabrics"]) == ["roft"] and spec["emulation"]["rate_scale"] <= rho / 2
+    assert main(["run", "--retry-invalid", str(run), "--set", "repeats=1"]) == 2  # the earlier spec, unchanged
+
+
+def test_retry_refuses_a_valid_run_and_an_unfixable_one(run, capsys):
+    from testbed.cli import main
+
+    report.build(run)
+    assert main(["run", "--retry-invalid", str(run)]) == 2
+    assert "nothing to retry" in capsys.readouterr().err
+    _rewrite_jsonl(_raw(run, "zcube") / "transfers.jsonl", lambda r: dict(r, integrity_ok=False))
+    report.build(run)
+    assert main(["run", "--retry-invalid", str(run)]) == 2
+    assert "not fixable by scaling" in capsys.readouterr().err

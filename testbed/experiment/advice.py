@@ -1,0 +1,71 @@
+"""What to change after an INVALID run, and the rerun of only the invalid fabrics with it.
+
+Why: a verdict without a remedy leaves the user guessing. Each fidelity rule says whether the
+emulator ran out of machine (fixed by a larger dilation: a lower rate scale, so fewer frames per
+second for the same real traffic), ran out of socket buffer (fixed by the default buffer), or
+found something scaling cannot fix (misrouting, corruption, inexact shaping: a bug to report).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+from .planner import HEADROOM, capacity
+
+MACHINE_BOUND = ("CPU-bound", "queue sample periods missed", "agent released messages late", "calibration",
+                 "agent sends blocked", "frames dropped outside", "no drop counter explains", "replay timeout")
+NOT_SCALING = ("corrupted transfers", "serialisation floor", "carried utilisation", "off the model",
+               "does not route through")
+DEFAULT_SOCKET_BUFFER = 8388608
+
+
+@dataclass
+class Advice:
+    fabrics: list[str] = field(default_factory=list)  # the invalid ones
+    overrides: list[str] = field(default_factory=list)
+    why: list[str] = field(default_factory=list)
+    unfixable: list[str] = field(default_factory=list)
+
+    @property
+    def retry_possible(self) -> bool:
+        return bool(self.fabrics) and bool(self.overrides) and not self.unfixable
+
+
+def advise(experiment: dict, metrics: dict) -> Advice:
+    """experiment: a run's experiment.json; metrics: its metrics.json."""
+    spec = experiment["spec"]
+    a = Advice()
+    reasons = {}
+    for label, f in metrics.get("fabrics", {}).items():
+        if not f["summary"]["fidelity"]["valid"]:
+            a.fabrics.append(label)
+            reasons[label] = f["summary"]["fidelity"]["reasons"]
+    flat = [r for rs in reasons.values() for r in rs]
+    a.unfixable = sorted({r.split(": ", 1)[-1] for r in flat if any(k in r for k in NOT_SCALING)})
+    if any("at agent sockets" in r for r in flat) and spec["emulation"]["agent_socket_buffer_bytes"] < DEFAULT_SOCKET_BUFFER:
+        a.overrides.append(f"emulation.agent_socket_buffer_bytes={DEFAULT_SOCKET_BUFFER}")
+        a.why.append("frames died in the agent's socket buffers: back to the default 8 MiB")
+    elif any(any(k in r for k in MACHINE_BOUND) for r in flat):
+        rho = spec["emulation"]["rate_scale"]
+        peak = max(f["figures"]["peak_switch_forwards_per_s"] for lab, f in experiment["fabrics"].items()
+                   if lab in a.fabrics)
+        cap, measured = capacity()
+        new = rho * min(0.5, HEADROOM * cap / peak)
+        a.overrides.append(f"emulation.rate_scale={new:.3g}")
+        a.why.append(f"the machine, not the fabric, limited the run: rate_scale {rho:g} -> {new:.3g} halves (or more) the "
+                     f"frames per second (dilation {spec['workload']['size_scale'] / rho:g} -> "
+                     f"{spec['workload']['size_scale'] / new:g}; the wall time grows by the same factor)"
+                     + ("" if measured else "; run `zlab doctor --capacity` for a measured limit"))
+    return a
+
+
+def lines(a: Advice, run_dir: str) -> list[str]:
+    out = []
+    if a.unfixable:
+        out.append("[zlab] not fixable by scaling (report it as a bug): " + "; ".join(a.unfixable[:4]))
+    for w in a.why:
+        out.append(f"[zlab] suggestion: {w}")
+    if a.retry_possible:
+        out.append(f"[zlab] rerun only {', '.join(a.fabrics)} with it: zlab run --retry-invalid {run_dir}"
+                   f"   (same as --set {' --set '.join(a.overrides)})")
+    return out
