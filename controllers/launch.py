@@ -17,7 +17,7 @@ def main(argv=None) -> int:
     ap.add_argument("run_dir", help="run folder with fabric.json and flows.json")
     ap.add_argument("--port", type=int, default=6653, help="OpenFlow TCP port on 127.0.0.1 (default 6653)")
     ap.add_argument("--stats-interval", type=float, default=1.0, help="counter polling period, s (default 1.0)")
-    ap.add_argument("--lldp-interval", type=float, default=1.0, help="LLDP discovery period, s (default 1.0)")
+    ap.add_argument("--lldp-interval", type=float, default=1.0, help="LLDP discovery period, s (default 1.0; 0: none)")
     args = ap.parse_args(argv)
     flows = os.path.join(args.run_dir, "flows.json")
     if not os.path.exists(flows):

@@ -73,14 +73,20 @@ def lldp_frame(dpid: int, port_no: int) -> bytes:
     return bytes(pkt.data)
 
 
+HOST_CHASSIS = "host:"  # a GPU port's own LLDP frame (testbed.emulation.wiring.host_lldp_frame)
+
+
 def parse_lldp(data: bytes):
-    """(dpid, port number) from a frame built by lldp_frame, else None."""
+    """(dpid, port number) from a frame built by lldp_frame; ("host", GPU port name) from a GPU
+    port's frame; else None."""
     pkt = packet.Packet(data)
     l = pkt.get_protocol(lldp.lldp)
     if l is None or len(l.tlvs) < 2:
         return None
     chassis, port = l.tlvs[0], l.tlvs[1]
     cid = chassis.chassis_id.decode(errors="replace")
+    if cid.startswith(HOST_CHASSIS):
+        return "host", cid[len(HOST_CHASSIS):]
     if not cid.startswith("dpid:") or len(port.port_id) != 4:
         return None
     return int(cid[5:], 16), struct.unpack("!I", port.port_id)[0]
@@ -141,7 +147,10 @@ class ZlabRoutes(BaseApp):
     def _send_lldp(self):
         for dpid, dp in list(self.datapaths.items()):
             ofp, parser = dp.ofproto, dp.ofproto_parser
+            facing = self.switches[self.by_dpid[dpid]].get("lldp_ports")  # switch-facing ports only
             for port_no in self.ports.get(dpid, []):
+                if facing is not None and port_no not in facing:
+                    continue
                 out = parser.OFPPacketOut(dp, buffer_id=ofp.OFP_NO_BUFFER, in_port=ofp.OFPP_CONTROLLER,
                                           actions=[parser.OFPActionOutput(port_no)], data=lldp_frame(dpid, port_no))
                 dp.send_msg(out)
@@ -151,6 +160,10 @@ class ZlabRoutes(BaseApp):
         msg = ev.msg
         got = parse_lldp(msg.data)
         if got is None:
+            return
+        if got[0] == "host":  # a NIC cable: which switch port the GPU port is plugged into
+            self.lldp_log.write({"t_ns": time.time_ns(), "src_host_port": got[1], "dst_dpid": msg.datapath.id,
+                                 "dst": self.by_dpid.get(msg.datapath.id), "dst_port": msg.match["in_port"]})
             return
         src_dpid, src_port = got
         self.lldp_log.write({"t_ns": time.time_ns(), "src_dpid": src_dpid, "src_port": src_port,
@@ -162,7 +175,7 @@ class ZlabRoutes(BaseApp):
         next_lldp = 0.0
         while True:
             now = time.monotonic()
-            if now >= next_lldp:
+            if self.lldp_interval_s > 0 and now >= next_lldp:  # 0: no discovery (replays)
                 self._send_lldp()
                 next_lldp = now + self.lldp_interval_s
             for dp in list(self.datapaths.values()):

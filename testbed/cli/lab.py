@@ -50,9 +50,14 @@ def cmd_controller(args) -> int:
 
 
 def cmd_wiring_check(args) -> int:
+    import time
+
     from ..emulation import wiring
+    from ..emulation.probes import LiveRun
     from ..records import write_json
 
+    wiring.probe_nic_cables(LiveRun(args.run_dir))  # NIC cables announce themselves; switches' LLDP is periodic
+    time.sleep(1.0)
     rep = wiring.check_run(args.run_dir)
     write_json(f"{args.run_dir}/wiring.json", rep)
     if args.json:
@@ -141,7 +146,8 @@ def add_commands(sub) -> None:
     up.add_argument("--datapath", choices=("auto", "netdev", "system"), default="auto",
                     help="OVS datapath (default: what provision.sh detected)")
     up.add_argument("--miswire", nargs="?", const="auto", metavar="PORT1,PORT2",
-                    help="swap two fabric cables on purpose (default: the first two that share no switch)")
+                    help="swap two cables on purpose: two switch ports of fabric cables, or two GPU ports (NIC "
+                         "cables, e.g. g0-p0,g1-p0); default: the first two fabric cables that share no switch")
     up.add_argument("--wiring-check", action="store_true", help="print the cabling check once the fabric is up")
     up.add_argument("--no-cli", action="store_true", help="no Mininet CLI: stay up until Ctrl-C/SIGTERM")
     up.add_argument("--duration", type=float, default=0, help="with --no-cli: tear down after this many seconds")
@@ -152,7 +158,8 @@ def add_commands(sub) -> None:
     ct.add_argument("rest", nargs=argparse.REMAINDER)
     ct.set_defaults(func=cmd_controller)
 
-    wc = sub.add_parser("wiring-check", help="compare LLDP-discovered cabling of a live run with its blueprint")
+    wc = sub.add_parser("wiring-check", help="compare every cable of a live run (NIC and fabric), as LLDP found it, "
+                                             "with the blueprint")
     wc.add_argument("run_dir", help="run folder of a running fabric (zlab up prints it)")
     wc.add_argument("--json", action="store_true")
     wc.set_defaults(func=cmd_wiring_check)

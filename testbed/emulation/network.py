@@ -74,7 +74,8 @@ def switch_side_links(fab: Fabric, miswire: list[tuple[int, int]] | None = None)
 
 def pick_miswire(fab: Fabric, spec: str | None) -> list[tuple[int, int]]:
     """`--miswire` with no value: the first two fabric links that share no switch;
-    with 'PORT1,PORT2' (switch interface names): the fabric links on those ports."""
+    with 'PORT1,PORT2': the cables on those ports — two switch ports of fabric cables, or two GPU
+    ports (NIC cables: their switch ends are swapped)."""
     fabric_links = [l for l in fab.links if l.kind == "fabric"]
     if spec in (None, "", "auto"):
         first = fabric_links[0]
@@ -85,13 +86,19 @@ def pick_miswire(fab: Fabric, spec: str | None) -> list[tuple[int, int]]:
         raise EmulationError("no two fabric links without a shared switch to swap")
     names = [s.strip() for s in spec.split(",")]
     if len(names) != 2:
-        raise EmulationError(f"--miswire takes two switch ports, e.g. za0-p5,za1-p5 (got {spec!r})")
-    found = []
-    for name in names:
-        link = next((l for l in fabric_links if name in (fab.ports[l.a].name, fab.ports[l.b].name)), None)
-        if link is None:
-            raise EmulationError(f"--miswire: {name!r} is not a switch port on a fabric link")
-        found.append(link.id)
+        raise EmulationError(f"--miswire takes two switch ports (za0-p5,za1-p5) or two GPU ports (g0-p0,g1-p0); "
+                             f"got {spec!r}")
+    nic_links = {fab.ports[l.a].name: l for l in fab.links if l.kind == "nic"}
+    if all(n in nic_links for n in names):
+        found = [nic_links[n].id for n in names]
+    else:
+        found = []
+        for name in names:
+            link = next((l for l in fabric_links if name in (fab.ports[l.a].name, fab.ports[l.b].name)), None)
+            if link is None:
+                raise EmulationError(f"--miswire: {name!r} is neither a switch port on a fabric cable nor a GPU port "
+                                     "(give two of the same kind)")
+            found.append(link.id)
     if found[0] == found[1]:
         raise EmulationError("--miswire: both ports are on the same cable")
     return [tuple(found)]

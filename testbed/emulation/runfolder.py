@@ -54,9 +54,18 @@ def versions() -> dict:
 
 
 def flows_document(fab: Fabric) -> dict:
+    """Every switch's entries, and its switch-facing ports: the only ones LLDP discovery needs
+    (a GPU's kernel discards LLDP and counts it as a drop, which would look like lost frames)."""
     t = forwarding_tables(fab)
+    switch_facing: dict[int, list[int]] = {}
+    for link in fab.links:
+        a, b = fab.ports[link.a], fab.ports[link.b]
+        if fab.nodes[a.node].role == "switch" and fab.nodes[b.node].role == "switch":
+            switch_facing.setdefault(a.node, []).append(a.number)
+            switch_facing.setdefault(b.node, []).append(b.number)
     return {"schema": FLOWS_SCHEMA, "fabric": fab.spec,
-            "switches": {sw.name: {"dpid": sw.dpid, "entries": flow_entries(t, sw.name)} for sw in fab.switches}}
+            "switches": {sw.name: {"dpid": sw.dpid, "entries": flow_entries(t, sw.name),
+                                   "lldp_ports": sorted(switch_facing.get(sw.id, []))} for sw in fab.switches}}
 
 
 def create(results_dir: str, run_id: str, fab: Fabric, config: dict) -> Path:

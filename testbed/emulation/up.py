@@ -174,7 +174,11 @@ class LiveFabric:
         deadline = time.monotonic() + timeout_s
         expected = len(wiring.blueprint(self.fabric))
         last, since = None, time.monotonic()
+        live, probed = probes.LiveRun(self.dir), 0.0
         while time.monotonic() < deadline:
+            if time.monotonic() - probed > 2.0:  # NIC cables: every GPU port announces itself
+                wiring.probe_nic_cables(live)
+                probed = time.monotonic()
             rep = wiring.check_run(self.dir)
             key = (rep["discovered_links"], tuple(rep["missing"]), tuple(rep["extra"]))
             if key != last:

@@ -40,8 +40,10 @@ def test_zcube_probes_take_the_unique_two_switch_path(zcube):
 
 
 def test_zcube_cabling_clean(zcube):
+    """Every cable, NIC cables included: 32 NIC + 16 fabric on ZCube(4,2)."""
     rep = zcube.wiring_report()
-    assert rep["ok"] and rep["discovered_links"] == 16, rep
+    assert rep["ok"] and rep["discovered_links"] == 48 == rep["blueprint_links"], rep
+    assert (rep["nic_cables"], rep["fabric_cables"]) == (32, 16)
 
 
 def test_roft_every_pair_reachable(roft):

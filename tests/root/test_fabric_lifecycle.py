@@ -25,6 +25,18 @@ def test_cabling_check_finds_a_swapped_cable(tmp_path):
     assert (f.dir / "wiring.json").exists()
 
 
+def test_cabling_check_finds_a_swapped_nic_cable(tmp_path):
+    """Two GPU ports plugged into each other's switch port: reachability fails for them, and the
+    cabling check names both GPU ports and both switch ports."""
+    with LiveFabric(ZCUBE, EmulationConfig(), results_dir=str(tmp_path), miswire="g0-p0,g1-p0",
+                    log=lambda *_: None) as f:
+        rep = f.wiring_report()
+        assert f.reach["failed"]  # the hosts' routes expect the blueprint's cabling
+    assert not rep["ok"] and rep["missing"] == [] and rep["extra"] == []
+    assert rep["swapped"] == [{"expected": ["g0-p0 <-> za0-p1", "g1-p0 <-> za0-p2"],
+                               "found": ["g0-p0 <-> za0-p2", "g1-p0 <-> za0-p1"]}]
+
+
 def test_sigkill_then_clean_leaves_nothing_and_spares_foreign_objects(tmp_path):
     sh("ovs-vsctl --may-exist add-br zforeign0 -- set bridge zforeign0 datapath_type=netdev")
     sh("ip link add zfor0a type veth peer name zfor0b")

@@ -2,7 +2,9 @@
 right hint, the Vagrantfile validates."""
 
 import json
+import shutil
 import time
+from pathlib import Path
 
 from .conftest import REPO, sh, zlab
 
@@ -63,7 +65,7 @@ def test_doctor_measures_and_stores_the_datapath_capacity(tmp_path):
     """The planner's C: switch forwards per ovs-vswitchd core-second, measured here, stored."""
     state = tmp_path / "state"
     state.mkdir()
-    sh(f"cp /var/lib/zlab/datapath {state}/datapath")
+    sh(f"cp /var/lib/zlab/datapath /var/lib/zlab/ovs-started.json {state}/")
     import os
 
     proc = zlab("doctor", "--capacity", "--results", str(tmp_path), env={**os.environ, "ZLAB_STATE_DIR": str(state)},
@@ -82,20 +84,24 @@ def test_readme_commands_work_as_root_and_as_a_sudo_user(tmp_path):
     as another user they re-run themselves through sudo (a fake one here, which records the call)."""
     import os
 
-    fake = tmp_path / "bin"
-    fake.mkdir()
-    log = tmp_path / "sudo.log"
+    import tempfile
+
+    fake = Path(tempfile.mkdtemp(prefix="zlab-fake-sudo-", dir="/tmp"))  # reachable by another user
+    fake.chmod(0o755)
+    log = fake / "sudo.log"
     (fake / "sudo").write_text(f"#!/bin/sh\necho \"$@\" >> {log}\n")
     (fake / "sudo").chmod(0o755)
-    tmp_path.chmod(0o755)
     log.touch()
     log.chmod(0o666)
-    readme = (REPO / "README.md").read_text()
-    assert "\nbash scripts/main.sh" in readme and "\nbash scripts/test.sh" in readme and "sudo bash" not in readme
-    env = f"PATH={fake}:{os.environ['PATH']}"
-    as_root = sh(f"env {env} bash {REPO}/scripts/provision.sh --help")
-    assert "provision.sh" in as_root.stdout and log.read_text() == ""
-    for script in ("provision.sh", "main.sh", "test.sh"):
-        sh(f"runuser -u nobody -- env {env} bash {REPO}/scripts/{script} --help")
-    calls = log.read_text().splitlines()
-    assert [c.split()[:2] for c in calls] == [["-E", "bash"]] * 3 and calls[1].endswith("main.sh --help"), calls
+    try:
+        readme = (REPO / "README.md").read_text()
+        assert "\nbash scripts/main.sh" in readme and "\nbash scripts/test.sh" in readme and "sudo bash" not in readme
+        env = f"PATH={fake}:{os.environ['PATH']}"
+        as_root = sh(f"env {env} bash {REPO}/scripts/provision.sh --help")
+        assert "provision.sh" in as_root.stdout and log.read_text() == ""
+        for script in ("provision.sh", "main.sh", "test.sh"):
+            sh(f"runuser -u nobody -- env {env} bash {REPO}/scripts/{script} --help")
+        calls = log.read_text().splitlines()
+        assert [c.split()[:2] for c in calls] == [["-E", "bash"]] * 3 and calls[1].endswith("main.sh --help"), calls
+    finally:
+        shutil.rmtree(fake, ignore_errors=True)

@@ -56,8 +56,13 @@ def test_miswire_swaps_far_ends():
     l1, l2 = Z4.links[first], Z4.links[second]
     assert pairs[first] == (l1.a, l2.b) and pairs[second] == (l2.a, l1.b)
     assert pick_miswire(Z4, "za0-p5,za1-p5") == [(32, 36)]
-    with pytest.raises(EmulationError, match="not a switch port on a fabric link"):
+    with pytest.raises(EmulationError, match="neither a switch port on a fabric cable nor a GPU port"):
         pick_miswire(Z4, "za0-p1,za1-p5")
+    (nic,) = pick_miswire(Z4, "g0-p0,g1-p0")  # NIC cables: the GPU ports end up on each other's switch port
+    pairs = switch_side_links(Z4, [nic])
+    assert Z4.ports[pairs[nic[0]][0]].name == "g0-p0" and Z4.ports[pairs[nic[0]][1]].name == "za0-p2"
+    with pytest.raises(EmulationError, match="give two of the same kind"):
+        pick_miswire(Z4, "g0-p0,za1-p5")
 
 
 def test_wiring_compare_names_both_ends_of_a_swap():
@@ -81,3 +86,41 @@ def test_discovered_from_lldp_records():
             {"src": "zb0", "src_port": 5, "dst": "za0", "dst_port": 5},
             {"src": None, "src_port": 1, "dst": "za0", "dst_port": 2}]
     assert discovered(recs) == {frozenset({"za0-p5", "zb0-p5"})}
+
+
+def test_lldp_goes_only_to_switch_facing_ports():
+    """A GPU's kernel discards LLDP and counts a drop: discovery must not send it there."""
+    from testbed.emulation.runfolder import flows_document
+
+    for spec in ("zcube:n=4", "roft:gpus=16,gpus_per_server=4,segments=2"):
+        fab = build_fabric(spec)
+        doc = flows_document(fab)
+        total = sum(len(v["lldp_ports"]) for v in doc["switches"].values())
+        assert total == 2 * fab.counts()["fabric_links"]
+        for sw in fab.switches:
+            for num in doc["switches"][sw.name]["lldp_ports"]:
+                peer = fab.ports[fab.peer_port(fab.switch_port_ids[sw.id][num])]
+                assert fab.nodes[peer.node].role == "switch"
+
+
+def test_nic_cables_are_checked_and_a_swap_names_both_gpu_ports():
+    """Every cable is in the blueprint (36 of 108 used to be, on ZCube(6,2)): GPU ports announce
+    themselves with their own LLDP frame and the switch punts it with its in_port."""
+    z6 = build_fabric("zcube:n=6")
+    assert len(blueprint(z6)) == 108
+    bp = blueprint(Z4)
+    recs = [{"src_host_port": "g0-p0", "dst": "za0", "dst_port": 2},
+            {"src_host_port": "g1-p0", "dst": "za0", "dst_port": 1}]
+    seen = (bp - {frozenset({"g0-p0", "za0-p1"}), frozenset({"g1-p0", "za0-p2"})}) | discovered(recs)
+    rep = compare(bp, seen)
+    assert rep["swapped"] == [{"expected": ["g0-p0 <-> za0-p1", "g1-p0 <-> za0-p2"],
+                               "found": ["g0-p0 <-> za0-p2", "g1-p0 <-> za0-p1"]}]
+
+
+def test_host_lldp_frame_is_what_the_controller_parses():
+    from controllers.zlab_routes import parse_lldp
+    from testbed.emulation.wiring import host_lldp_frame
+
+    frame = host_lldp_frame("g12-p1", "02:5a:02:00:00:0d")
+    assert frame[12:14] == b"\x88\xcc" and frame[:6] == bytes.fromhex("0180c200000e")
+    assert parse_lldp(frame) == ("host", "g12-p1")
