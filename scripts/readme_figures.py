@@ -1,7 +1,8 @@
-"""Regenerate the README's model figures (no root): flow-level max link utilisation per pattern
-over independent draws, and the cost comparison. Prints markdown to paste, with date and machine.
+"""Regenerate the README's figures. Prints markdown to paste, with date and machine.
 
-    .venv/bin/python scripts/readme_figures.py
+    .venv/bin/python scripts/readme_figures.py            # model figures (no root): flow-level max link
+                                                          # utilisation per pattern over draws, cost table
+    .venv/bin/python scripts/readme_figures.py --run RUN  # the comparison table of a finished zlab run
 """
 
 from __future__ import annotations
@@ -39,7 +40,47 @@ def flow_table() -> list[str]:
     return out
 
 
+def run_table(root: Path) -> list[str]:
+    """The README's default-comparison table, from a run folder's metrics.json and experiment.json."""
+    import json
+
+    metrics = json.loads((root / "metrics.json").read_text())
+    exp = json.loads((root / "experiment.json").read_text())
+    run = json.loads((root / "run.json").read_text())
+    fabs, cmp_ = metrics["fabrics"], metrics.get("comparison")
+    labels = list(fabs)
+    rows = [("kv_p50_real_s", "KV-transfer completion p50 (real ms)", 1e3, "{:.2f}"),
+            ("kv_p99_real_s", "KV-transfer completion p99 (real ms)", 1e3, "{:.2f}"),
+            ("queue_delay_max_real_s", "max queueing delay (real-equivalent µs)", 1e6, "{:.0f}"),
+            ("max_offered_util", "max offered link utilisation", 1, "{:.2f}"),
+            ("max_carried_util", "max carried link utilisation", 1, "{:.3f}"),
+            ("retransmits", "retransmitted packets", 1, "{:.1f}"),
+            ("ttft_p99_real_s", "TTFT p99 (real ms, mostly modelled)", 1e3, "{:.1f}")]
+
+    def ci(c, k, f):
+        return "—" if c["mean"] is None else f.format(k * c["mean"]) + ("" if c["ci95"] is None else
+                                                                      " ± " + f.format(k * c["ci95"]))
+    k = fabs[labels[0]]["summary"]["repeats"]
+    out = [f"<!-- scripts/readme_figures.py --run {root.name}: git {run.get('git_sha')}, wall {run['wall_s']:.0f} s -->",
+           f"| emulated, mean ± 95 % CI over {k} repeats | " + " | ".join(exp["fabrics"][lab]["fabric"].split(",")[0]
+                                                                     + " …" for lab in labels)
+           + (f" | {cmp_['a']}/{cmp_['b']} | {cmp_['a']} better in |" if cmp_ else " |"),
+           "|---|" + "---|" * len(labels) + ("---|---|" if cmp_ else "")]
+    for key, name, scale, f in rows:
+        cells = [ci(fabs[lab]["summary"][key], scale, f) for lab in labels]
+        if cmp_:
+            c = cmp_.get(key)
+            cells += [ci(c["ratio"], 1, "{:.2f}"), f"{c['a_better']} of {c['n']}"] if c else ["", ""]
+        out.append(f"| {name} | " + " | ".join(cells) + " |")
+    out.append("| fidelity | " + " | ".join("valid" if fabs[lab]["summary"]["fidelity"]["valid"] else "INVALID"
+                                           for lab in labels) + (" | | |" if cmp_ else " |"))
+    return out
+
+
 def main() -> int:
+    if len(sys.argv) == 3 and sys.argv[1] == "--run":
+        print("\n".join(run_table(Path(sys.argv[2]))))
+        return 0
     cpu = next((line.split(":", 1)[1].strip() for line in open("/proc/cpuinfo") if line.startswith("model name")), "?")
     print(f"<!-- scripts/readme_figures.py, {dt.date.today()}, {platform.node() or 'host'}: {cpu}, "
           f"{os.cpu_count()} cores -->")

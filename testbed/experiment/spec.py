@@ -82,8 +82,7 @@ SCHEMA = {
             queue_sample_ms=_n(10, 0, maximum=10),
             # the PFC stand-in's XOFF threshold in REAL bytes (x size_scale = emulated bytes)
             xoff_real_bytes=_n(800000, 1, False, integer=True),
-            # 500 ms emulated: one frame in flight at a window's edge stays under 2 % of it
-            util_window_ms=_n(500, 0),
+            util_window_ms=_n(100, 0),
             calibrate={"type": "boolean", "default": True},
             max_cpu_fraction=_n(0.9, 0),
             max_machine_cpu_fraction=_n(0.9, 0),

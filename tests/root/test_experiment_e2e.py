@@ -107,7 +107,7 @@ def test_exact_shaping_and_the_model_hold_on_real_runs(rank_shifted, incast):
     for _, m in (rank_shifted, incast):
         for label in ("zcube", "roft"):
             assert per_repeat(m, label, "below_floor_messages") == [0, 0, 0]
-            assert max(per_repeat(m, label, "max_carried_beyond_frame")) <= 1.02
+            assert max(per_repeat(m, label, "max_carried_util")) <= 1.02
             assert max(per_repeat(m, label, "link_bytes_max_error")) <= 0.03
             assert per_repeat(m, label, "link_bytes_stray_ports") == [[], [], []]
 
