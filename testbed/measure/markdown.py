@@ -139,7 +139,7 @@ def markdown(run: dict, exp: dict, metrics: dict, plots: list[str]) -> str:
         ("of which stolen by the hypervisor, same", "(reported)", cpu("steal"), "{:.0%}"),
         ("queue sample periods missed", f"{100 * m['max_late_sample_fraction']:.0f} %", lambda r: r["late_sample_fraction"], "{:.1%}"),
         ("messages faster than their serialisation floor", "0", lambda r: r["below_floor_messages"], "{}"),
-        ("max carried utilisation (beyond the frame at a window's edge)", f"{m['max_carried_util']}",
+        ("max carried utilisation (beyond a one-frame bucket's two frames)", f"{m['max_carried_util']}",
          lambda r: r["max_carried_util"], "{:.3f}"),
         ("KV p50/p99 moved by the agent's late releases", f"{100 * m['max_lateness_shift']:.0f} %",
          lambda r: r["lateness_shift"], "{:.1%}"),

@@ -58,8 +58,8 @@ def repeat_metrics(fd: FabricData, tables: dict, m: dict) -> dict:
         "backlog_episodes": int(ep["events"].sum()) if not ep.empty else 0,
         "backlog_total_real_s": float(ep["total_real_s"].sum()) if not ep.empty else 0.0,
         "max_offered_util": float(llu["offered_util"].max()) if not llu.empty else None,
-        # carried: bytes beyond the one frame that can straddle a window's edge (counters move by whole
-        # frames); the raw ratio is in the link_util table
+        # carried: bytes beyond the two frames a one-frame bucket can send ahead of line rate; the raw
+        # ratio is in the link_util table
         "max_carried_util": float(llu["carried_beyond_frame"].max()) if not llu.empty else None,
         "throughput_req_per_s_real": float(len(kv) / done_span) if done_span else None,
         "kv_gbps_real": float(req.loc[req["kv_done_s"].notna(), "kv_real_bytes"].sum() * 8 / done_span / 1e9)
@@ -132,8 +132,8 @@ def fidelity(out: dict, m: dict) -> dict:
                        "(shaping not exact)")
     over = out["max_carried_util"]
     if over is not None and over > m["max_carried_util"]:
-        reasons.append(f"carried utilisation {over:.3f} > {m['max_carried_util']} beyond the one frame at a window's "
-                       "edge (a link carried more than its rate)")
+        reasons.append(f"carried utilisation {over:.3f} > {m['max_carried_util']} beyond the two frames a one-frame "
+                       "bucket can send ahead (a link carried more than its rate)")
     shift, lat = out["lateness_shift"], out["release_lateness_p99_s"]
     if shift is not None and shift > m["max_lateness_shift"]:
         steal = cpu.get("steal", {}).get("max")

@@ -149,8 +149,13 @@ def all_plots(datas: dict[str, list[FabricData]], tables: dict[str, list[dict]],
     """Every figure of the report, in report order; returns their file names."""
     out.mkdir(parents=True, exist_ok=True)
     first = {lab: reps[0] for lab, reps in tables.items()}
-    pool = lambda name: {lab: pd.concat([t[name].assign(repeat=i) for i, t in enumerate(reps)])  # noqa: E731
-                         for lab, reps in tables.items()}
+    def pool(name):
+        out = {}
+        for lab, reps in tables.items():
+            parts = [t[name].assign(repeat=i) for i, t in enumerate(reps) if not t[name].empty]
+            out[lab] = pd.concat(parts) if parts else pd.DataFrame(columns=list(reps[0][name].columns) + ["repeat"])
+        return out
+
     requests = pool("requests")
     return [queue_over_time(first, out), max_queue_heatmap(first, out),
             completion_cdf(requests, out, "kv_transfer_real_s", "kv_completion_cdf.png", "KV-transfer completion time"),

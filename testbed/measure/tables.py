@@ -170,10 +170,11 @@ class FabricData:
             drop = (d[i1] - d[i0]) * 8.0 * frame
             cap = rate * dt_s
             for j, port in enumerate(ports):
-                rows.append((t[i0], dt_s, port, sent[j] / cap[j], max(0.0, sent[j] - 8.0 * self.burst_bytes) / cap[j],
+                rows.append((t[i0], dt_s, port, sent[j] / cap[j], max(0.0, sent[j] - 16.0 * self.burst_bytes) / cap[j],
                              (sent[j] + grow[j] + drop[j]) / cap[j]))
-        # carried_beyond_frame: what the link carried beyond the one frame that may straddle the
-        # window's edge (counters move by whole frames) — the quantity no shaped link can push past 1
+        # carried_beyond_frame: what the link carried beyond the two frames a token bucket of one
+        # frame's depth can send ahead of line rate (the banked frame, and the one that takes the
+        # bucket negative) — bytes in any window <= rate x window + 2 frames, so this cannot pass 1
         return pd.DataFrame(rows, columns=["t_s", "window_s", "port", "carried_util", "carried_beyond_frame",
                                            "offered_util"])
 

@@ -101,9 +101,9 @@ def test_incast_hurts_both_alike(incast):
 
 
 def test_exact_shaping_and_the_model_hold_on_real_runs(rank_shifted, incast):
-    """No message beats its serialisation floor, no link carries more than its rate (beyond the one
-    frame a window's edge can cut), and every loaded link's bytes match the model's prediction
-    from the actual QP source ports."""
+    """No message beats its serialisation floor, no link carries more than its rate (beyond the two
+    frames a one-frame bucket sends ahead), and every loaded link's bytes match the model's
+    prediction from the actual QP source ports."""
     for _, m in (rank_shifted, incast):
         for label in ("zcube", "roft"):
             assert per_repeat(m, label, "below_floor_messages") == [0, 0, 0]
