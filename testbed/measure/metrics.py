@@ -119,6 +119,10 @@ def fidelity(out: dict, m: dict) -> dict:
     if "machine" in cpu and cpu["machine"]["max"] > m["max_machine_cpu_fraction"]:
         reasons.append(f"CPU-bound: the machine at {100 * cpu['machine']['max']:.0f} % of all cores (limit "
                        f"{100 * m['max_machine_cpu_fraction']:.0f} %)")
+    steal = cpu.get("steal", {}).get("max")
+    if steal is not None and steal > m["max_steal_fraction"]:
+        reasons.append(f"CPU-bound: the hypervisor stole up to {100 * steal:.0f} % of the cores (limit "
+                       f"{100 * m['max_steal_fraction']:.0f} %): stalls stretch transfers, not only releases")
     if late_frac is None:
         reasons.append("no queue samples")
     elif late_frac > m["max_late_sample_fraction"]:

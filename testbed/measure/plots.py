@@ -135,7 +135,7 @@ def link_bytes_scatter(pooled: dict[str, pd.DataFrame], out: Path) -> str:
         if d.empty:
             continue
         ax.scatter(d["predicted_bytes"] / 1e6, d["measured_bytes"] / 1e6, s=10, alpha=0.6,
-                   label=f"{lab} (max error {100 * d['error'].abs().max():.2f} %)")
+                   label=f"{lab} (max error beyond one frame {100 * d['error_beyond_frame'].max():.2f} %)")
         top = max(top, float(d[["predicted_bytes", "measured_bytes"]].max().max()) / 1e6)
     ax.plot([0, top], [0, top], color="grey", lw=0.8, ls="--", label="measured = predicted")
     ax.set_xlabel("predicted by the model, MB (emulated)")

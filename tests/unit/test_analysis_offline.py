@@ -300,3 +300,8 @@ def test_retry_refuses_a_valid_run_and_an_unfixable_one(run, capsys):
     report.build(run)
     assert main(["run", "--retry-invalid", str(run)]) == 2
     assert "not fixable by scaling" in capsys.readouterr().err
+
+
+def test_rule_hypervisor_steal(run):
+    _busy(_raw(run, "zcube") / "cpu.jsonl", "machine_steal_s", 0.5)
+    assert any(r.startswith("CPU-bound: the hypervisor stole up to") for r in _reasons(run, "zcube"))
