@@ -17,7 +17,7 @@ def _resolved(args_spec, overrides, preset: str = "as-given", budget_s: float = 
 
     exp = resolve(especs.load(args_spec, overrides))
     if preset == "queue-faithful":
-        choice = planner.queue_faithful(exp, budget_s)
+        choice = planner.queue_faithful(exp, budget_s, args_spec, overrides)
         exp = resolve(especs.load(args_spec, (overrides or []) + planner.overrides(choice)))
         exp.scaling_choice = planner.assess(exp, preset).to_dict()
     else:

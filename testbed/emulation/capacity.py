@@ -4,7 +4,8 @@ Why measured, not assumed: the smallest dilation a queue-faithful run needs is i
 proportional to it (README "Scaling planner"), and it differs by datapath and machine. A tiny
 fabric (ZCube(2,2): every GPU-to-GPU frame crosses two switches) is brought up with fast links,
 the agent pushes 4 KB RoCE frames on several QPs at once, and the switch forwards achieved are
-divided by the CPU seconds ovs-vswitchd spent: forwards per core-second.
+divided by the CPU seconds ovs-vswitchd spent: forwards per core-second. The agent's frame
+operations (sent and received) per CPU second of its own are recorded too: it plays every NIC.
 """
 
 from __future__ import annotations
@@ -47,6 +48,7 @@ def measure(results_dir: str = "results", seconds: float = 3.0, rate_mbps: float
         cpu0, t0 = _cpu_s(vswitchd), time.monotonic()
         agent.run(deadline_ns=time.monotonic_ns() + int(4 * seconds * 1e9))
         wall, ovs_cpu = time.monotonic() - t0, _cpu_s(vswitchd) - cpu0
+        agent_ops = sum(p.stats.tx_frames + p.stats.rx_frames for p in agent.ports.values())
         # frames that arrived (data at the rail ports, ACKs back at the cons ports): each crossed two
         # switches; frames a saturated datapath dropped are not forwards
         frames = sum(p.stats.rx_frames for p in agent.ports.values())
@@ -54,6 +56,7 @@ def measure(results_dir: str = "results", seconds: float = 3.0, rate_mbps: float
         agent.close()
     forwards = 2 * frames
     record = {"forwards_per_core_s": forwards / max(ovs_cpu, 1e-9), "forwards_per_s": forwards / wall,
+              "agent_frames_per_core_s": agent_ops / max(agent.cpu_s, 1e-9), "agent_cpu_fraction": agent.cpu_s / wall,
               "ovs_cpu_fraction": ovs_cpu / wall, "frame_bytes": 4096 + 74, "wall_s": wall,
               "offered_mbps": rate_mbps * len(PAIRS), "retransmits": retransmits, "datapath": lf.em.datapath
               if lf.em else state.datapath(), "measured": dt.datetime.now().isoformat(timespec="seconds"),

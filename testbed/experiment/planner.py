@@ -47,11 +47,33 @@ class Choice:
         return asdict(self)
 
 
+UNMEASURED_AGENT_CAPACITY = 20000.0  # frames sent + received per agent core-second, when none was measured
+AGENT_OPS_PER_NIC_FRAME = 2  # a data frame is sent by one NIC and received by another (ACKs are a few %)
+
+
 def capacity() -> tuple[float, bool]:
     rec = state.capacity()
     if rec and rec.get("forwards_per_core_s"):
         return float(rec["forwards_per_core_s"]), True
     return UNMEASURED_CAPACITY, False
+
+
+def agent_capacity() -> float:
+    rec = state.capacity()
+    return float(rec.get("agent_frames_per_core_s") or UNMEASURED_AGENT_CAPACITY) if rec else UNMEASURED_AGENT_CAPACITY
+
+
+def rate_limit_factor(exp) -> float:
+    """By how much rate_scale may grow before ovs-vswitchd or the agent passes the headroom
+    (< 1: it must shrink). Both scale linearly with rate_scale at a fixed frame size."""
+    cap, _ = capacity()
+    peak_fwd = max(fr.figures["peak_switch_forwards_per_s"] for fr in exp.fabrics.values())
+    peak_nic = max(fr.figures["peak_nic_frames_per_s"] for fr in exp.fabrics.values())
+    ovs_share = peak_fwd / cap  # cores of ovs-vswitchd at the current rate
+    agent_share = AGENT_OPS_PER_NIC_FRAME * peak_nic / agent_capacity()
+    # each within its headroom, and the two together within one core: the other core is the kernel's
+    # (veth, htb: softirq), the collector's and the controller's
+    return min(HEADROOM / ovs_share, HEADROOM / agent_share, 1.0 / (ovs_share + agent_share))
 
 
 def assess(exp, preset: str = "as given") -> Choice:
@@ -71,10 +93,10 @@ def assess(exp, preset: str = "as given") -> Choice:
     if not measured:
         notes.append(f"capacity not measured on this machine: assumed {UNMEASURED_CAPACITY:,.0f} forwards per "
                      "core-second (run `zlab doctor --capacity`)")
-    if peak > budget:
-        notes.append(f"peak {peak:,.0f} switch forwards/s exceeds {100 * HEADROOM:.0f} % of the capacity "
-                     f"({budget:,.0f}/s): expect the fidelity guard to find the run CPU-bound; lower rate_scale to "
-                     f"<= {rho * budget / peak:.3g}")
+    grow = rate_limit_factor(exp)
+    if grow < 0.99:
+        notes.append(f"the peak exceeds {100 * HEADROOM:.0f} % of what ovs-vswitchd or the agent can handle: expect "
+                     f"the fidelity guard to find the run CPU-bound; lower rate_scale to <= {rho * grow:.3g}")
     if q < floor:
         notes.append(f"queues not representable: XOFF {q:,.0f} real bytes < {FRAMES_PER_QUEUE} frames = {floor:,.0f} "
                      f"real bytes at size_scale {sigma:g}; queue byte figures are qualitative (queueing delay is not). "
@@ -84,34 +106,32 @@ def assess(exp, preset: str = "as given") -> Choice:
                   floor, q, q >= floor, wall, notes)
 
 
-def queue_faithful(exp, budget_s: float = 600.0) -> Choice:
-    """Smallest dilation that represents the XOFF with k frames and keeps the peak within the
-    headroom; requests cut (never below 10) until the expected wall time fits the budget."""
+def queue_faithful(exp, budget_s: float = 600.0, spec_path: str | None = None,
+                   overrides_given: list[str] | None = None) -> Choice:
+    """Smallest dilation that represents the XOFF with k frames and keeps the peak within what
+    ovs-vswitchd and the agent can handle; then requests (never below 10) and repeats (never below
+    3) are cut until the resolved experiment's expected wall time fits the budget."""
+    from . import spec as especs
+    from .resolve import resolve
+
     now = assess(exp)
     sigma = FRAMES_PER_QUEUE * now.frame_bytes / now.queue_real_bytes
-    rho = now.rate_scale * now.forwards_budget_per_s / now.peak_forwards_per_s
-    d = sigma / rho
-    reps = sum(len(fr.repeats) for fr in exp.fabrics.values())
-    per_request_s = max(fr.figures["expected_real_duration_s"] for fr in exp.fabrics.values()) / max(now.requests, 1)
-    fixed = sum(SETUP_S_PER_FABRIC + len(fr.repeats) * SETUP_S_PER_REPEAT for fr in exp.fabrics.values())
+    rho = now.rate_scale * rate_limit_factor(exp)
     requests, repeats = now.requests, exp.spec["repeats"]
-    per_fabric = len(exp.fabrics)
-
-    def wall_of(req, rep):
-        return per_fabric * (SETUP_S_PER_FABRIC + rep * (SETUP_S_PER_REPEAT + per_request_s * req * d))
-
-    while requests > 10 and wall_of(requests, repeats) > budget_s:
-        requests = max(10, int(requests * 0.8))
-    while repeats > 3 and wall_of(requests, repeats) > budget_s:  # never fewer than 3 draws
-        repeats -= 1
-    wall = wall_of(requests, repeats)
-    notes = [n for n in now.notes if n.startswith("capacity not measured")]
-    if wall > budget_s:
-        notes.append(f"even {requests} requests need ~{wall:.0f} s, over the {budget_s:.0f} s budget")
-    return Choice("queue-faithful", rho, sigma, d, requests, repeats, now.capacity_forwards_per_core_s,
-                  now.capacity_measured,
-                  now.forwards_budget_per_s, now.forwards_budget_per_s, now.frame_bytes,
-                  FRAMES_PER_QUEUE * now.frame_bytes / sigma, now.queue_real_bytes, True, wall, notes)
+    for _ in range(40):
+        base = (overrides_given or []) + [f"emulation.rate_scale={rho:.6g}", f"workload.size_scale={sigma:.6g}",
+                                          f"workload.requests={requests}", f"repeats={repeats}"]
+        trial = assess(resolve(especs.load(spec_path, base)), "queue-faithful")
+        if trial.expected_wall_s <= budget_s or (requests <= 10 and repeats <= 3):
+            break
+        if requests > 10:
+            requests = max(10, int(requests * 0.85))
+        else:
+            repeats -= 1
+    if trial.expected_wall_s > budget_s:
+        trial.notes.append(f"even {requests} requests x {repeats} repeats need ~{trial.expected_wall_s:.0f} s, over "
+                           f"the {budget_s:.0f} s budget")
+    return trial
 
 
 def overrides(choice: Choice) -> list[str]:
