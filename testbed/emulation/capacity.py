@@ -1,8 +1,8 @@
 """How many frames per second this machine's datapath forwards: the C of the scaling planner.
 
 Why measured, not assumed: the smallest dilation a queue-faithful run needs is inversely
-proportional to it (README "Scaling planner"), and it differs by datapath and machine. A tiny
-fabric (ZCube(2,2): every GPU-to-GPU frame crosses two switches) is brought up with fast links,
+proportional to it (README "Scaling planner"), and it differs by datapath and machine. The default
+fabric (ZCube(4,2): every GPU-to-GPU frame crosses two switches) is brought up with fast links,
 the agent pushes 4 KB RoCE frames on several QPs at once, and the switch forwards achieved are
 divided by the CPU seconds ovs-vswitchd spent: forwards per core-second. The agent's frame
 operations (sent and received) per CPU second of its own are recorded too: it plays every NIC.
@@ -22,8 +22,10 @@ from .config import EmulationConfig
 from .probes import LiveRun
 from .up import LiveFabric
 
-SPEC = "zcube:n=2,gpus_per_server=2"
-PAIRS = [("g0-p0", "g3-p1"), ("g1-p0", "g2-p1"), ("g2-p0", "g1-p1"), ("g3-p0", "g0-p1")]  # cons -> rail: 2 hops
+# The default experiment's fabric size (8 bridges, 48 ports): ovs-vswitchd's cost per frame grows with the
+# ports it polls — measured, a ZCube(2,2) probe (4 bridges) claimed ~1.4x what a ZCube(4,2) replay got.
+SPEC = "zcube:n=4,gpus_per_server=4"
+PAIRS = [(f"g{i}-p0", f"g{i + 5}-p1") for i in range(8)]  # cons -> rail, 2 hops, every A-B link used once
 
 
 def _cpu_s(pid: int) -> float:
@@ -32,7 +34,7 @@ def _cpu_s(pid: int) -> float:
 
 
 def measure(results_dir: str = "results", seconds: float = 3.0, rate_mbps: float = 300.0, log=print) -> dict:
-    """Bring up ZCube(2,2), blast every cons->rail pair at rate_mbps, return the capacity record."""
+    """Bring up ZCube(4,2), blast 8 cons->rail pairs at rate_mbps, return the capacity record."""
     cfg = EmulationConfig(rate_scale=rate_mbps * 1e6 / 200e9, mtu_bytes=9000)
     vswitchd = int(open("/var/run/openvswitch/ovs-vswitchd.pid").read().strip())
     with LiveFabric(SPEC, cfg, results_dir=results_dir, run_id=f"capacity-{os.getpid()}", log=log,
