@@ -100,7 +100,7 @@ class Experiment:
 
 def resolve(spec: dict) -> Experiment:
     """Resolve every part of a validated spec; any bad part raises before anything runs."""
-    w, d = spec["workload"], spec["deployment"]
+    w = spec["workload"]
     trace = _user(lambda: traces.read(w["trace"]), "workload.trace")
     model = _user(lambda: kvmodel.model(w["model"]), "workload.model")
     _user(model.kv_bytes_per_token, "workload.model")

@@ -87,7 +87,7 @@ def test_tables_metrics_and_report_from_raw_records(run):
     text = (run / "report.md").read_text()
     assert "Fidelity: zcube **valid**; roft **valid**" in text
     p99 = metrics["fabrics"]["roft"]["summary"]["kv_p99_real_s"]
-    assert f"| KV-transfer completion p99 (real ms) | " in text and f"{1e3 * p99['mean']:.2f} ± {1e3 * p99['ci95']:.2f}" in text
+    assert "| KV-transfer completion p99 (real ms) | " in text and f"{1e3 * p99['mean']:.2f} ± {1e3 * p99['ci95']:.2f}" in text
     assert "zcube better in" in text and "## TTFT, decomposed" in text and "modelled (constant)" in text
     assert "## Fidelity checks" in text and "Published reference numbers" in text and "comparable" in text
     for png in ("queue_over_time", "max_queue_heatmap", "kv_completion_cdf", "ttft_cdf", "link_util_heatmap",
