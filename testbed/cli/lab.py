@@ -20,14 +20,17 @@ def cmd_doctor(args) -> int:
     from ..emulation import capacity
     from ..lab import state
 
-    rec = capacity.measure(results_dir=args.results, log=lambda *_: None)
+    rec = capacity.measure_curve(results_dir=args.results, log=(lambda *_: None) if args.json else print)
     path = state.save_capacity(rec)
     if args.json:
         print_json(rec)
-    else:
-        print(f"\ncapacity ({rec['datapath']} datapath): {rec['forwards_per_core_s']:,.0f} switch forwards per "
-              f"ovs-vswitchd core-second ({rec['forwards_per_s']:,.0f}/s at {100 * rec['ovs_cpu_fraction']:.0f} % of a "
-              f"core, {rec['frame_bytes']}-byte frames); stored in {path} for the scaling planner")
+        return 0
+    print(f"\ncapacity ({rec['datapath']} datapath, {rec['frame_bytes']}-byte frames), per link rate:")
+    print(f"  {'link Mb/s':>9} {'forwards/core-s':>15} {'forwards/s':>10} {'ovs core':>8} {'agent frames/core-s':>19}")
+    for p in rec["curve"]:
+        print(f"  {p['link_rate_mbps']:>9g} {p['forwards_per_core_s']:>15,.0f} {p['forwards_per_s']:>10,.0f} "
+              f"{100 * p['ovs_cpu_fraction']:>7.0f}% {p['agent_frames_per_core_s']:>19,.0f}")
+    print(f"stored in {path}; the scaling planner interpolates it at each run's link rate")
     return 0
 
 
@@ -126,7 +129,7 @@ def add_commands(sub) -> None:
     d = sub.add_parser("doctor", help="check that this machine can run the lab (exit 1 on a blocker)")
     d.add_argument("--json", action="store_true", help="machine-readable output")
     d.add_argument("--capacity", action="store_true",
-                   help="also measure this machine's datapath capacity (switch forwards per core-second, ~15 s) "
+                   help="also measure this machine's datapath capacity (switch forwards per core-second at 5 link rates, ~1 min) "
                         "and store it for the scaling planner")
     d.add_argument("--results", default="results", help="where the capacity probe's run folder goes")
     d.set_defaults(func=cmd_doctor)
