@@ -10,7 +10,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
-from .planner import HEADROOM, capacity
+from .planner import capacity, factor_for
 
 MACHINE_BOUND = ("CPU-bound", "queue sample periods missed", "agent released messages late", "calibration",
                  "agent sends blocked", "frames dropped outside", "no drop counter explains", "replay timeout")
@@ -25,10 +25,11 @@ class Advice:
     overrides: list[str] = field(default_factory=list)
     why: list[str] = field(default_factory=list)
     unfixable: list[str] = field(default_factory=list)
+    rerun_as_is: bool = False  # only the hypervisor's steal voided it: nothing in the spec to change
 
     @property
     def retry_possible(self) -> bool:
-        return bool(self.fabrics) and bool(self.overrides) and not self.unfixable
+        return bool(self.fabrics) and (bool(self.overrides) or self.rerun_as_is) and not self.unfixable
 
 
 def advise(experiment: dict, metrics: dict) -> Advice:
@@ -45,12 +46,16 @@ def advise(experiment: dict, metrics: dict) -> Advice:
     if any("at agent sockets" in r for r in flat) and spec["emulation"]["agent_socket_buffer_bytes"] < DEFAULT_SOCKET_BUFFER:
         a.overrides.append(f"emulation.agent_socket_buffer_bytes={DEFAULT_SOCKET_BUFFER}")
         a.why.append("frames died in the agent's socket buffers: back to the default 8 MiB")
+    elif flat and all("hypervisor stole" in r for r in flat):
+        a.rerun_as_is = True
+        a.why.append("only the hypervisor's steal voided it, a cause outside the run that a lower rate does not remove: "
+                     "rerun as is on a quieter host (the runner already re-took such repeats up to "
+                     f"measurement.steal_retakes = {spec['measurement'].get('steal_retakes', 0)} times)")
     elif any(any(k in r for k in MACHINE_BOUND) for r in flat):
         rho = spec["emulation"]["rate_scale"]
-        peak = max(f["figures"]["peak_switch_forwards_per_s"] for lab, f in experiment["fabrics"].items()
-                   if lab in a.fabrics)
-        cap, measured = capacity()
-        new = rho * min(0.5, HEADROOM * cap / peak)
+        _, measured = capacity()
+        new = rho * min(0.5, factor_for([f["figures"] for lab, f in experiment["fabrics"].items()
+                                         if lab in a.fabrics]))
         a.overrides.append(f"emulation.rate_scale={new:.3g}")
         a.why.append(f"the machine, not the fabric, limited the run: rate_scale {rho:g} -> {new:.3g} halves (or more) the "
                      f"frames per second (dilation {spec['workload']['size_scale'] / rho:g} -> "
@@ -66,6 +71,6 @@ def lines(a: Advice, run_dir: str) -> list[str]:
     for w in a.why:
         out.append(f"[zlab] suggestion: {w}")
     if a.retry_possible:
-        out.append(f"[zlab] rerun only {', '.join(a.fabrics)} with it: zlab run --retry-invalid {run_dir}"
-                   f"   (same as --set {' --set '.join(a.overrides)})")
+        same = f"   (same as --set {' --set '.join(a.overrides)})" if a.overrides else "   (same settings)"
+        out.append(f"[zlab] rerun only {', '.join(a.fabrics)} with it: zlab run --retry-invalid {run_dir}{same}")
     return out

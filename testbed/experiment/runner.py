@@ -71,12 +71,37 @@ def run_fabric(exp: Experiment, fr: FabricRun, root: Path, log=print, bar=None) 
                 f"{calib['goodput_bps'] / 1e6:.2f} Mb/s of {rate / 1e6:.2f} ({100 * calib['ratio']:.1f} %)")
         runfolder.update(lf.dir, calibration=calib, replays=[])
         for rep in fr.repeats:
-            status = replay(exp, fr, rep, lf, live, log=log, bar=bar)
-            replays = read_json(lf.dir / "run.json")["replays"] + [{"repeat": rep.index, "status": status}]
+            voided = []
+            while True:
+                status = replay(exp, fr, rep, lf, live, log=log, bar=bar)
+                reason = stolen(exp, fr, lf.dir, rep.index) if status == "complete" else None
+                if reason is None or len(voided) >= m["steal_retakes"]:
+                    break
+                raw = lf.dir / "raw" / f"rep{rep.index}"
+                kept = raw.with_name(f"rep{rep.index}.void{len(voided) + 1}")
+                raw.rename(kept)
+                voided.append({"folder": kept.name, "reason": reason})
+                log(f"[zlab]   {fr.label} {rep.index + 1}/{len(fr.repeats)}: voided ({reason}); re-taking it "
+                    f"({len(voided)}/{m['steal_retakes']}), the attempt kept in raw/{kept.name}")
+            replays = read_json(lf.dir / "run.json")["replays"] + [{"repeat": rep.index, "status": status,
+                                                                     "voided_attempts": voided}]
             runfolder.update(lf.dir, replays=replays)
             if status != "complete":
                 break
     return lf.dir
+
+
+def stolen(exp: Experiment, fr: FabricRun, fdir: Path, repeat: int) -> str | None:
+    """Why a finished repeat is void because the hypervisor took the CPU (the analysis's own
+    steal rule, read off the raw records), or None. Only this cause is re-taken: it comes from
+    outside the run, so replaying with the same seed does not select results."""
+    from ..measure.tables import FabricData
+
+    limit = exp.measurement["max_steal_fraction"]
+    steal = FabricData(fdir, fr.resolved(), repeat).cpu_fractions().get("steal", {}).get("max")
+    if steal is not None and steal > limit:
+        return f"hypervisor steal up to {100 * steal:.0f} % of the cores (limit {100 * limit:.0f} %)"
+    return None
 
 
 def replay(exp: Experiment, fr: FabricRun, rep: Repeat, lf: LiveFabric, live: LiveRun, log=print, bar=None) -> str:

@@ -89,6 +89,9 @@ SCHEMA = {
             # the VM's host may take CPU from it; above this share of the cores in any ~250 ms interval the
             # agent's stalls stretch transfers (measured: 54 % steal moved ZCube's KV p99 by 20 % between runs)
             max_steal_fraction=_n(0.2, 0),
+            # a repeat voided by steal alone (a cause outside the run) is re-taken up to this many times; the
+            # voided attempt stays on disk (raw/rep<k>.void<n>/) and the report lists it
+            steal_retakes=_n(2, 0, False, integer=True),
             max_late_sample_fraction=_n(0.05, 0, False),
             min_calibration_ratio=_n(0.9, 0, False),
             max_carried_util=_n(1.02, 0),

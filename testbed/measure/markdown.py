@@ -67,6 +67,12 @@ def markdown(run: dict, exp: dict, metrics: dict, plots: list[str]) -> str:
         f"{lab} **{'valid' if f['summary']['fidelity']['valid'] else 'INVALID'}**"
         + ("" if f["summary"]["fidelity"]["valid"] else f" ({'; '.join(f['summary']['fidelity']['reasons'][:6])})")
         for lab, f in fabs.items()))
+    retaken = [f"{lab} repeat {r['repeat']} ({'; '.join(v['reason'] for v in r['voided_attempts'])}; raw data of the "
+               f"voided attempt(s) kept in {', '.join(lab + '/raw/' + v['folder'] for v in r['voided_attempts'])})"
+               for lab, f in fabs.items() for r in f["repeats"] if r.get("voided_attempts")]
+    if retaken:
+        L += ["", "Re-taken repeats (voided by hypervisor steal alone, a cause outside the run, and replayed with the "
+              "same seed): " + "; ".join(retaken)]
     L += ["", f"All figures are from the **emulated** fabric, converted to real-cluster units where marked (real = "
           f"emulated / dilation). Each cell: mean ± 95 % confidence half-width over {k} independent repeats (new QP "
           "source ports — ECMP entropy — and scheduler seed each).", ""]

@@ -42,7 +42,7 @@ def repeat_metrics(fd: FabricData, tables: dict, m: dict) -> dict:
     ld = lb[lb["predicted_bytes"] > 0] if not lb.empty else lb
     stray = lb[(lb["predicted_bytes"] == 0) & (lb["measured_bytes"] > 4 * frame)] if not lb.empty else lb
     out = {
-        "repeat": fd.repeat, "replay_status": fd.replay_status,
+        "repeat": fd.repeat, "replay_status": fd.replay_status, "voided_attempts": fd.voided_attempts,
         "messages_posted": fd.messages_posted, "messages_completed": int(len(msgs)),
         "integrity_ok": bool(msgs["integrity_ok"].all()) if not msgs.empty else None,
         "requests": int(len(req)), "requests_completed": int(len(kv)),

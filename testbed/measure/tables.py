@@ -55,6 +55,12 @@ class FabricData:
         self._port = {p.name: p for p in self.fabric.ports}
 
     @property
+    def voided_attempts(self) -> list[dict]:
+        """Attempts of this repeat the runner voided and re-took (hypervisor steal), with why."""
+        return next((r.get("voided_attempts", []) for r in self.run.get("replays", []) if r["repeat"] == self.repeat),
+                    [])
+
+    @property
     def replay_status(self) -> str | None:
         return next((r["status"] for r in self.run.get("replays", []) if r["repeat"] == self.repeat), None)
 

@@ -290,6 +290,22 @@ def test_an_invalid_verdict_says_what_to_change_and_retries_only_that_fabric(run
     assert main(["run", "--retry-invalid", str(run), "--set", "repeats=1"]) == 2  # the earlier spec, unchanged
 
 
+def test_steal_alone_is_not_answered_with_a_lower_rate(run):
+    """Hypervisor steal is outside the run: the remedy is a rerun as is, never a slower run."""
+    from testbed.experiment import advice
+
+    recs = read_jsonl(_raw(run, "roft") / "cpu.jsonl")
+    cores = recs[0]["cores"]
+    _busy(_raw(run, "roft") / "cpu.jsonl", "machine_steal_s", 0.4 * cores)
+    metrics = report.build(run)
+    reasons = metrics["fabrics"]["roft"]["summary"]["fidelity"]["reasons"]
+    assert reasons and all("hypervisor stole" in r for r in reasons)
+    a = advice.advise(json.loads((run / "experiment.json").read_text()), metrics)
+    assert a.fabrics == ["roft"] and a.overrides == [] and a.rerun_as_is and a.retry_possible
+    text = "\n".join(advice.lines(a, str(run)))
+    assert "rerun as is" in text and "(same settings)" in text
+
+
 def test_retry_refuses_a_valid_run_and_an_unfixable_one(run, capsys):
     from testbed.cli import main
 
