@@ -13,6 +13,7 @@ import platform
 import subprocess
 from pathlib import Path
 
+from ..fabric import layout
 from ..fabric.model import Fabric
 from ..fabric.openflow import flow_entries
 from ..fabric.paths import forwarding_tables
@@ -73,6 +74,8 @@ def create(results_dir: str, run_id: str, fab: Fabric, config: dict) -> Path:
     path.mkdir(parents=True, exist_ok=False)
     (path / "fabric.json").write_text(fab.to_json())
     write_json(path / "flows.json", flows_document(fab))
+    # the blueprint a cabling crew would hold: the cabling check names cables by its ids and racks
+    (path / "patch-list.csv").write_text(layout.patch_list_csv(fab, layout.plan(fab)))
     write_json(path / "run.json", {"run_id": run_id, "fabric": fab.spec, "config": config, "git_sha": git_sha(),
                                    "versions": versions(), "started": dt.datetime.now().isoformat(timespec="seconds")})
     return path

@@ -15,6 +15,7 @@ from pathlib import Path
 
 from traffic.port import in_netns
 
+from ..fabric import layout
 from ..fabric.model import Fabric
 from ..records import read_jsonl
 
@@ -65,7 +66,17 @@ def probe_nic_cables(live) -> int:
     return sent
 
 
-def compare(expected: set[frozenset], seen: set[frozenset]) -> dict:
+def _where(patch: dict | None, cable: frozenset) -> str:
+    """'C000012 (g0-p0 R00.00/U1 <-> za0-p1 R00.02/U1)' from the patch list, or the port names."""
+    row = (patch or {}).get(cable)
+    if row is None:
+        return " <-> ".join(sorted(cable))
+    return (f"{row['cable_id']} ({row['a_port']} {row['a_rack']}/U{row['a_unit']} <-> "
+            f"{row['b_port']} {row['b_rack']}/U{row['b_unit']})")
+
+
+def compare(expected: set[frozenset], seen: set[frozenset], patch: dict | None = None) -> dict:
+    """patch: the run's patch list (layout.read_patch_list) to name blueprint cables by id and rack."""
     missing, extra = set(expected - seen), set(seen - expected)
     swapped = []
     for m1, m2 in combinations(sorted(missing, key=sorted), 2):
@@ -76,13 +87,15 @@ def compare(expected: set[frozenset], seen: set[frozenset]) -> dict:
         for x1, x2 in ((frozenset((a, d)), frozenset((c, b))), (frozenset((a, c)), frozenset((b, d)))):
             if x1 in extra and x2 in extra:
                 swapped.append({"expected": [" <-> ".join(sorted(m1)), " <-> ".join(sorted(m2))],
-                                "found": [" <-> ".join(sorted(x1)), " <-> ".join(sorted(x2))]})
+                                "found": [" <-> ".join(sorted(x1)), " <-> ".join(sorted(x2))],
+                                "cables": [_where(patch, m1), _where(patch, m2)]})
                 missing -= {m1, m2}
                 extra -= {x1, x2}
                 break
     fmt = lambda s: sorted(" <-> ".join(sorted(x)) for x in s)  # noqa: E731
     return {"ok": not (missing or extra or swapped), "blueprint_links": len(expected), "discovered_links": len(seen),
-            "missing": fmt(missing), "extra": fmt(extra), "swapped": swapped}
+            "missing": fmt(missing), "missing_cables": sorted(_where(patch, m) for m in missing),
+            "extra": fmt(extra), "swapped": swapped}
 
 
 def read_lldp(run_dir: Path) -> list[dict]:
@@ -91,7 +104,9 @@ def read_lldp(run_dir: Path) -> list[dict]:
 
 def check_run(run_dir: Path) -> dict:
     fab = Fabric.load(Path(run_dir) / "fabric.json")
-    rep = compare(blueprint(fab), discovered(read_lldp(run_dir)))
+    patch_path = Path(run_dir) / "patch-list.csv"
+    patch = layout.read_patch_list(patch_path.read_text()) if patch_path.exists() else None
+    rep = compare(blueprint(fab), discovered(read_lldp(run_dir)), patch)
     rep["nic_cables"] = sum(1 for l in fab.links if l.kind == "nic")
     rep["fabric_cables"] = len(fab.links) - rep["nic_cables"]
     return rep
@@ -102,8 +117,9 @@ def format_report(rep: dict) -> str:
     lines = [f"cabling check: {'CLEAN' if rep['ok'] else 'PROBLEMS FOUND'} "
              f"({rep['discovered_links']} links discovered, {rep['blueprint_links']} in the blueprint{scope})"]
     for s in rep["swapped"]:
-        lines.append(f"  swapped: expected {s['expected'][0]} and {s['expected'][1]}; "
-                     f"found {s['found'][0]} and {s['found'][1]}")
-    lines += [f"  missing: {m}" for m in rep["missing"]]
+        lines.append(f"  swapped: cables {s['cables'][0]} and {s['cables'][1]}" if "cables" in s else
+                     f"  swapped: expected {s['expected'][0]} and {s['expected'][1]}")
+        lines.append(f"           found {s['found'][0]} and {s['found'][1]}")
+    lines += [f"  missing: {m}" for m in rep.get("missing_cables", rep["missing"])]
     lines += [f"  extra:   {e}" for e in rep["extra"]]
     return "\n".join(lines)

@@ -7,6 +7,7 @@ import sys
 import time
 
 from testbed.emulation.config import EmulationConfig
+from testbed.fabric import build_fabric
 from testbed.emulation.up import LiveFabric
 
 from .conftest import REPO, bridges, links, sh, zlab
@@ -20,9 +21,28 @@ def test_cabling_check_finds_a_swapped_cable(tmp_path):
                     log=lambda *_: None) as f:
         rep = f.wiring_report()
     assert not rep["ok"]
-    assert rep["swapped"] == [{"expected": ["za0-p5 <-> zb0-p5", "za1-p6 <-> zb1-p6"],
-                               "found": ["za0-p5 <-> zb1-p6", "za1-p6 <-> zb0-p5"]}]
+    (swap,) = rep["swapped"]
+    assert swap["expected"] == ["za0-p5 <-> zb0-p5", "za1-p6 <-> zb1-p6"]
+    assert swap["found"] == ["za0-p5 <-> zb1-p6", "za1-p6 <-> zb0-p5"]
+    assert swap["cables"] == _patch_names(f.dir, ("za0-p5", "zb0-p5"), ("za1-p6", "zb1-p6"))
     assert (f.dir / "wiring.json").exists()
+
+
+def _patch_names(run_dir, *cables):
+    """How the check must name each cable: its patch-list id (C + the model's link id) and racks,
+    read from the run folder's patch list."""
+    import csv
+
+    fab = build_fabric(ZCUBE)
+    by_ports = {frozenset((r["a_port"], r["b_port"])): r for r in csv.DictReader(open(run_dir / "patch-list.csv"))}
+    out = []
+    for a, b in cables:
+        link = next(l for l in fab.links if {fab.ports[l.a].name, fab.ports[l.b].name} == {a, b})
+        row = by_ports[frozenset((a, b))]
+        assert row["cable_id"] == f"C{link.id:06d}"
+        out.append(f"{row['cable_id']} ({row['a_port']} {row['a_rack']}/U{row['a_unit']} <-> "
+                   f"{row['b_port']} {row['b_rack']}/U{row['b_unit']})")
+    return out
 
 
 def test_cabling_check_finds_a_swapped_nic_cable(tmp_path):
@@ -33,8 +53,10 @@ def test_cabling_check_finds_a_swapped_nic_cable(tmp_path):
         rep = f.wiring_report()
         assert f.reach["failed"]  # the hosts' routes expect the blueprint's cabling
     assert not rep["ok"] and rep["missing"] == [] and rep["extra"] == []
-    assert rep["swapped"] == [{"expected": ["g0-p0 <-> za0-p1", "g1-p0 <-> za0-p2"],
-                               "found": ["g0-p0 <-> za0-p2", "g1-p0 <-> za0-p1"]}]
+    (swap,) = rep["swapped"]
+    assert swap["expected"] == ["g0-p0 <-> za0-p1", "g1-p0 <-> za0-p2"]
+    assert swap["found"] == ["g0-p0 <-> za0-p2", "g1-p0 <-> za0-p1"]
+    assert swap["cables"] == _patch_names(f.dir, ("g0-p0", "za0-p1"), ("g1-p0", "za0-p2"))
 
 
 def test_sigkill_then_clean_leaves_nothing_and_spares_foreign_objects(tmp_path):

@@ -75,7 +75,19 @@ def test_wiring_compare_names_both_ends_of_a_swap():
     rep = compare(bp, seen)
     assert not rep["ok"] and rep["missing"] == [] and rep["extra"] == []
     assert rep["swapped"] == [{"expected": ["za0-p5 <-> zb0-p5", "za1-p6 <-> zb1-p6"],
-                               "found": ["za0-p5 <-> zb1-p6", "za1-p6 <-> zb0-p5"]}]
+                               "found": ["za0-p5 <-> zb1-p6", "za1-p6 <-> zb0-p5"],
+                               "cables": ["za0-p5 <-> zb0-p5", "za1-p6 <-> zb1-p6"]}]  # no patch list: by port
+    # with the patch list of the fabric's layout, cables are named by id and rack position
+    from testbed.fabric import layout
+
+    patch = layout.read_patch_list(layout.patch_list_csv(Z4, layout.plan(Z4)))
+    rep = compare(bp, seen, patch)
+    ids = {frozenset((Z4.ports[l.a].name, Z4.ports[l.b].name)): f"C{l.id:06d}" for l in Z4.links}
+    first, second = rep["swapped"][0]["cables"]
+    assert first.startswith(ids[a] + " (") and second.startswith(ids[b] + " (")
+    assert "R00.00/U1 <-> zb0-p5 R00.00/U9" in first  # za0 at U1, zb0 at U9 of the network rack
+    rep = compare(bp, bp - {a}, patch)
+    assert rep["missing_cables"] == [f"{ids[a]} (za0-p5 R00.00/U1 <-> zb0-p5 R00.00/U9)"]
     rep = compare(bp, bp - {a})
     assert rep["missing"] == ["za0-p5 <-> zb0-p5"] and not rep["ok"]
     assert compare(bp, set(bp))["ok"]
@@ -114,7 +126,8 @@ def test_nic_cables_are_checked_and_a_swap_names_both_gpu_ports():
     seen = (bp - {frozenset({"g0-p0", "za0-p1"}), frozenset({"g1-p0", "za0-p2"})}) | discovered(recs)
     rep = compare(bp, seen)
     assert rep["swapped"] == [{"expected": ["g0-p0 <-> za0-p1", "g1-p0 <-> za0-p2"],
-                               "found": ["g0-p0 <-> za0-p2", "g1-p0 <-> za0-p1"]}]
+                               "found": ["g0-p0 <-> za0-p2", "g1-p0 <-> za0-p1"],
+                               "cables": ["g0-p0 <-> za0-p1", "g1-p0 <-> za0-p2"]}]
 
 
 def test_host_lldp_frame_is_what_the_controller_parses():
