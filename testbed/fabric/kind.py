@@ -58,6 +58,11 @@ class FabricKind:
     draw_row: Callable[["Node"], int] = tier_row
     row_labels: dict = field(default_factory=lambda: {0: "GPUs", 1: "tier 1", 2: "tier 2", 3: "tier 3"})
     draw_note: str = ""
+    # failure repair (failures.py): policy names (first = default), those that move broken subflows to the
+    # GPU's other port, and the kind's table repair(fab, next_group, link_down, policy, failures) -> entries changed
+    repair_policies: tuple[str, ...] = ("withdraw",)
+    failover_policies: tuple[str, ...] = ()
+    repair: Callable | None = None
 
     def param(self, name: str) -> Param:
         for p in self.params:

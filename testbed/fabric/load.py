@@ -129,6 +129,9 @@ class LoadResult:
     flow_rate_bps: np.ndarray  # max-min fair rate per transfer (sum of its subflows)
     demand_bps: np.ndarray
     subflows: int
+    lost_subflows: int = 0  # degraded fabrics: subflows with no path left (rate 0)
+    lost_transfers: int = 0  # transfers none of whose subflows has a path
+    failed_over_subflows: int = 0  # moved to the GPU's other port (host-side failover)
 
     def summary(self, fab: Fabric) -> dict:
         loaded = self.util[self.util > 0]
@@ -148,31 +151,66 @@ class LoadResult:
             "maxmin_p50_fraction_of_demand": float(np.median(achieved)),
             "maxmin_mean_fraction_of_demand": float(achieved.mean()),
             "aggregate_throughput_fraction": float(self.flow_rate_bps.sum() / self.demand_bps.sum()),
+            "lost_transfers": self.lost_transfers,
+            "lost_subflows": self.lost_subflows,
+            "failed_over_subflows": self.failed_over_subflows,
         }
 
 
-def estimate(fab: Fabric, traffic: Traffic, split: str | None = None, seed: int = 0) -> LoadResult:
+def estimate(fab: Fabric, traffic: Traffic, split: str | None = None, seed: int = 0, degraded=None) -> LoadResult:
     """Route every transfer (split over ports per policy), add its demand to each directed
     link on its path, and compute max-min fair rates. UDP source ports (ECMP entropy) are
-    drawn per subflow from `seed`, as a RoCE NIC draws one per QP."""
+    drawn per subflow from `seed`, as a RoCE NIC draws one per QP.
+
+    degraded: a failures.Degraded — walk its tables; a subflow without a path moves to the GPU's
+    other port when its policy fails over (else, and if that has none either, it is lost: rate 0).
+    Without it an unroutable flow is a bug and raises."""
     rng = np.random.default_rng(seed + 1)
     parts = split_fractions(fab, split)
+    tables = degraded.tables if degraded is not None else None
     L2 = 2 * len(fab.links)
     load = np.zeros(L2)
     sub_links, sub_demand, owner = [], [], []
+    lost_sub = moved = 0
+    delivered = np.zeros(traffic.src.size, dtype=bool)
     for role, frac in parts:
         sp = src_port_id(fab, traffic.src, role)
         da = dst_address(fab, traffic.src, role, traffic.dst)
         sport = rng.integers(49152, 65536, size=sp.size)
-        w = walk(fab, sp, da, sport)
-        if (w.n_hops < 0).any():
-            bad = int(np.argmax(w.n_hops < 0))
-            raise RuntimeError(f"flow {traffic.src[bad]}->{traffic.dst[bad]} is not routable ({w.n_hops[bad]})")
+        w = walk(fab, sp, da, sport, tables=tables)
+        bad = w.n_hops < 0
+        if degraded is not None:
+            bad |= _crosses(w.dlinks, degraded.link_down)  # e.g. the source's own NIC cable is down
+        if bad.any() and degraded is None:
+            i = int(np.argmax(bad))
+            raise RuntimeError(f"flow {traffic.src[i]}->{traffic.dst[i]} is not routable ({w.n_hops[i]})")
+        dl, ok = w.dlinks.copy(), ~bad
+        if bad.any() and degraded.failover:
+            roles = fab.gpu_port_roles
+            # the other source port with the address rule; then any source port to any port of the
+            # destination (a destination whose rule address is dead is reachable only at its other port)
+            tries = [(r, None) for r in roles if r != role] + [(r, q) for r in roles for q in roles]
+            for other, dst_role in tries:
+                idx = np.nonzero(~ok)[0]
+                if idx.size == 0:
+                    break
+                da2 = (dst_address(fab, traffic.src[idx], other, traffic.dst[idx]) if dst_role is None
+                       else src_port_id(fab, traffic.dst[idx], dst_role))
+                w2 = walk(fab, src_port_id(fab, traffic.src[idx], other), da2, sport[idx], tables=tables)
+                good = (w2.n_hops >= 0) & ~_crosses(w2.dlinks, degraded.link_down)
+                width = max(dl.shape[1], w2.dlinks.shape[1])
+                dl = np.pad(dl, ((0, 0), (0, width - dl.shape[1])), constant_values=-1)
+                dl[idx[good]] = np.pad(w2.dlinks[good], ((0, 0), (0, width - w2.dlinks.shape[1])), constant_values=-1)
+                ok[idx[good]] = True
+                moved += int(good.sum())
+        dl[~ok] = -1
+        lost_sub += int((~ok).sum())
+        delivered |= ok
         d = traffic.demand_bps * frac
-        valid = w.dlinks >= 0
-        np.add.at(load, w.dlinks[valid], np.broadcast_to(d[:, None], w.dlinks.shape)[valid])
-        sub_links.append(w.dlinks)
-        sub_demand.append(d)
+        valid = dl >= 0
+        np.add.at(load, dl[valid], np.broadcast_to(d[:, None], dl.shape)[valid])
+        sub_links.append(dl)
+        sub_demand.append(np.where(ok, d, 0.0))
         owner.append(np.arange(traffic.src.size))
     cap = np.repeat(fab.link_rate_bps, 2)
     width = max(x.shape[1] for x in sub_links)
@@ -180,7 +218,14 @@ def estimate(fab: Fabric, traffic: Traffic, split: str | None = None, seed: int 
     demand = np.concatenate(sub_demand)
     rates = max_min_fair(links, demand, cap)
     per_transfer = np.bincount(np.concatenate(owner), weights=rates, minlength=traffic.src.size)
-    return LoadResult(load, load / cap, per_transfer, traffic.demand_bps, int(demand.size))
+    return LoadResult(load, load / cap, per_transfer, traffic.demand_bps, int(demand.size), lost_sub,
+                      int((~delivered).sum()), moved)
+
+
+def _crosses(dlinks: np.ndarray, link_down: np.ndarray) -> np.ndarray:
+    """Per walk: does it use a directed link whose cable is down."""
+    valid = dlinks >= 0
+    return (valid & link_down[np.where(valid, dlinks, 0) // 2]).any(axis=1)
 
 
 def max_min_fair(links: np.ndarray, demand: np.ndarray, cap: np.ndarray, eps: float = 1e-9) -> np.ndarray:

@@ -72,10 +72,11 @@ class Walk:
     dlinks: np.ndarray  # (F, H+1) directed link ids, -1 padded (first: the source NIC link)
 
 
-def walk(fab: Fabric, src_ports, dst_addrs, sport, max_hops: int = 8) -> Walk:
-    """Follow the forwarding tables for many flows at once. sport: UDP source port per flow,
-    or -1 for a non-UDP packet (takes ECMP member 0)."""
-    t = forwarding_tables(fab)
+def walk(fab: Fabric, src_ports, dst_addrs, sport, max_hops: int = 8, tables: Tables | None = None) -> Walk:
+    """Follow the forwarding tables (the healthy ones unless `tables` is given, e.g. degraded
+    ones from failures.py) for many flows at once. sport: UDP source port per flow, or -1 for a
+    non-UDP packet (takes ECMP member 0)."""
+    t = tables if tables is not None else forwarding_tables(fab)
     peer = port_peer(fab)
     src_ports = np.atleast_1d(np.asarray(src_ports, dtype=np.int64))
     dst_addrs = np.atleast_1d(np.asarray(dst_addrs, dtype=np.int64))

@@ -248,4 +248,6 @@ def expected_diameter(fab: Fabric) -> int:
 
 KIND = FabricKind(NAME, "rail-optimized fat-tree: rail leaves per segment, spines (or agg+core at scale)",
                   PARAMS, build=build, tables=tables, expected_diameter=expected_diameter,
-                  row_labels={0: "GPUs", 1: "leaf", 2: "spine/agg", 3: "core"})
+                  row_labels={0: "GPUs", 1: "leaf", 2: "spine/agg", 3: "core"},
+                  # ECMP member removal: withdrawal (failures.py) drops dead next hops from every group
+                  repair_policies=("ecmp",))

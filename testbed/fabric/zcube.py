@@ -108,6 +108,103 @@ def tables(fab: Fabric) -> Tables:
     return Tables(fab, ng, [])
 
 
+REPAIR_POLICIES = ("none", "host", "detour", "both")
+
+
+def _live_ports(fab: Fabric, link_down: np.ndarray, dead_sw) -> np.ndarray:
+    """[switch row u, switch row v] -> u's first live port toward v (-1: none)."""
+    if "fabric_link_rows" not in fab._cache:
+        rows = {sw.id: r for r, sw in enumerate(fab.switches)}
+        fl = [l for l in fab.links if l.kind == "fabric"]
+        fab._cache["fabric_link_rows"] = tuple(np.array(x, dtype=np.int64) for x in zip(*[
+            (l.id, rows[fab.ports[l.a].node], rows[fab.ports[l.b].node], l.a, l.b) for l in reversed(fl)]))
+    lid, ra, rb, pa, pb = fab._cache["fabric_link_rows"]
+    S = len(fab.switches)
+    lp = np.full((S, S), -1, dtype=np.int64)
+    ok = ~link_down[lid]
+    lp[ra[ok], rb[ok]] = pa[ok]  # reversed order: among parallel cables the first live one is written last
+    lp[rb[ok], ra[ok]] = pb[ok]
+    for sw in dead_sw:
+        r = fab._cache.get("switch_row_of", {}).get(sw)
+        r = r if r is not None else next(k for k, n in enumerate(fab.switches) if n.id == sw)
+        lp[r, :] = -1
+        lp[:, r] = -1
+    return lp
+
+
+def repair(fab: Fabric, ng: np.ndarray, link_down: np.ndarray, policy: str, failures) -> int:
+    """Table repair (policies detour, both).
+
+    A failed A-B cable: a parallel cable of the same pair if one survives, else a three-link
+    detour A_i -> B_x -> A_y -> B_j through transit entries at B_x (symmetric for B_j -> A_i),
+    spread round-robin over the live (x, y) choices. A GPU port left without a cable (its NIC
+    cable or its switch down): its GPU is reachable only at the other port, so switches of that
+    port's own group get an entry for it through one switch of the other group. Returns the
+    entries set. Pure on `ng` (the caller's copy)."""
+    if policy not in ("detour", "both"):
+        return 0
+    n, m = fab.params["n"], fab.params["switches_per_group"]
+    N = fab.n_gpus
+    row = {sw.id: r for r, sw in enumerate(fab.switches)}
+    a_rows = np.array([row[sw.id] for sw in fab.switches if sw.group == "A"])
+    b_rows = np.array([row[sw.id] for sw in fab.switches if sw.group == "B"])
+    dead_sw = set(failures.switches)
+    lp = _live_ports(fab, link_down, dead_sw)
+    changed = 0
+    h = np.arange(N)
+    for lk in np.nonzero(link_down)[0]:
+        link = fab.links[lk]
+        u, v = fab.ports[link.a].node, fab.ports[link.b].node
+        if link.kind != "fabric" or u in dead_sw or v in dead_sw:
+            continue
+        for src, dst in ((row[u], row[v]), (row[v], row[u])):
+            if src in a_rows:  # A_i -> B_j: rail addresses of B_j's GPUs
+                addrs = 2 * h[h % m == int(np.nonzero(b_rows == dst)[0][0])] + 1
+                mids, lasts = b_rows, a_rows
+            else:  # B_j -> A_i: cons addresses of A_i's GPUs
+                addrs = 2 * h[h // n == int(np.nonzero(a_rows == dst)[0][0])]
+                mids, lasts = a_rows, b_rows
+            direct = int(lp[src, dst])
+            ok = ((lp[src, mids] >= 0) & (mids != dst))[:, None] & (lp[np.ix_(mids, lasts)] >= 0) \
+                & ((lp[lasts, dst] >= 0) & (lasts != src))[None, :]
+            xs, ys = np.nonzero(ok)
+            for k, d in enumerate(addrs):
+                out = int(ng[src, d])
+                if out >= 0 and not link_down[fab.port_link[out]]:
+                    continue  # a parallel cable still carries it
+                if direct >= 0:
+                    ng[src, d] = direct
+                    changed += 1
+                    continue
+                if xs.size == 0:
+                    continue
+                x, y = mids[xs[k % xs.size]], lasts[ys[k % xs.size]]
+                if ng[x, d] < 0:
+                    ng[x, d] = lp[x, y]
+                    changed += 1
+                ng[src, d] = lp[src, x]
+                changed += 1
+    peer = port_peer(fab)
+    gp = np.arange(2 * N)
+    down = link_down[fab.port_link[gp]]
+    for port in np.nonzero(down & ~down[gp ^ 1])[0]:
+        other = int(port) ^ 1  # the GPU's live port: its address is the only one left
+        home = row[fab.ports[peer[other]].node]  # the switch that delivers it
+        same, mids = (a_rows, b_rows) if fab.ports[other].role == "cons" else (b_rows, a_rows)
+        for k, sw in enumerate(r for r in same if r != home and lp[r].max() >= 0):
+            if ng[sw, other] >= 0:
+                continue
+            via = mids[(lp[sw, mids] >= 0) & (lp[mids, home] >= 0)]
+            if via.size:
+                x = via[(other + k) % via.size]
+                ng[sw, other] = lp[sw, x]
+                changed += 1
+                if ng[x, other] < 0:
+                    ng[x, other] = lp[x, home]
+                    changed += 1
+    return changed
+
+
 def dst_address(fab: Fabric, src_gpu, src_role: str, dst_gpu):
     """The per-port rule: cons traffic goes to the destination's rail address and vice versa,
     so it crosses exactly A(src) -> B(dst) (or B(src) -> A(dst)). With the shortcut policy,
@@ -180,5 +277,6 @@ KIND = FabricKind(
     NAME, "ZCube(n,2): A/B switch groups in K(m,m), 2 NIC ports per GPU, no spine", PARAMS,
     build=build, tables=tables, expected_diameter=expected_diameter, dst_address=dst_address, split=split,
     split_policies=SPLITS, identity_checks=identity_checks, draw_row=draw_row,
+    repair_policies=REPAIR_POLICIES, failover_policies=("host", "both"), repair=repair,
     row_labels={0: "GPUs", 1: "A (cons)", 2: "B (rail)"},
     draw_note="grey: cons port -> A and A-B fabric; red: rail port -> B")

@@ -33,6 +33,16 @@ def _cases(tmp_path):
     nan_line = '{"timestamp": NaN, "input_length": 1, "output_length": 1}'
     return [
         (["fabric", "show", "zcube:n=4,gpu_gbps=inf"], "gpu_gbps='inf' must be a finite number"),
+        (["layout", "zcube:n=4", "--set", "racks=3"], "unknown constraint 'racks'; known: rack_units"),
+        (["layout", "zcube:n=4", "--set", "server_power_kw=80"], "not one server fits a rack"),
+        (["multiplane", "zcube-planes:planes=3,n=4,gpus_per_server=4"], "to divide gpus_per_server"),
+        (["multiplane", "zcube-planes:planes=2,n=4", "--seeds", "0"], "--seeds must be >= 1"),
+        (["load", "zcube:n=4", "--pattern", "random", "--fail", "switch:zz9"], "no switch 'zz9'"),
+        (["load", "zcube:n=4", "--pattern", "random", "--repair", "host"], "--repair needs --fail"),
+        (["load", "zcube:n=4", "--pattern", "random", "--fail", "switch:zb1", "--repair", "ecmp"],
+         "valid: none, host, detour, both"),
+        (["resilience", "zcube:n=4", "--repair", "magic"], "valid: none, host, detour, both"),
+        (["resilience", "zcube:n=4", "--sample", "0"], "--sample must be >= 1"),
         (["fabric", "show", "zcube:n=4,gpu_gbps=nan"], "gpu_gbps='nan' must be a finite number"),
         (["fabric", "show", "zcube:n=256"], "65536 GPUs exceed the address plan's 65534 GPUs (square ZCube: n <= 255)"),
         (["fabric", "show", "roft:gpus=70000,gpus_per_server=8"], "exceeds the address plan's 65534 GPUs"),
