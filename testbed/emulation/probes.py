@@ -62,33 +62,72 @@ def all_pairs(fab: Fabric) -> list[tuple[int, int]]:
     return out
 
 
-def reachability(live: LiveRun, timeout_s: float = 3.0, max_parallel: int = 64) -> dict:
-    """Ping every GPU port pair, all hosts at once, each host's pings in parallel batches."""
+PROBE_UDP_PORT = 4793  # not RoCE's 4791: probes must never look like transfers
+
+
+def reachability(live: LiveRun, timeout_s: float = 3.0, rounds: int = 3) -> dict:
+    """Prove every GPU port pair the address rule uses, in one shot: one process opens a UDP socket
+    on every GPU port inside its host's namespace (a socket keeps the namespace it was made in),
+    every port sends one probe from its own address to every address the address rule gives it,
+    through the host's routing table as transfers go (a missing route fails at the sender, a
+    route through the wrong port at a switch without the entry), and the receivers record which
+    (source, destination) arrived at the addressed port. Missing pairs are re-sent up to `rounds` times before they count as failed, so a
+    probe lost to a queue is not mistaken for a missing route."""
+    import select
+    import socket
+
+    from traffic.port import in_netns
+
     fab = live.fabric
-    by_host: dict[str, list[tuple[str, str]]] = {}
-    for sp, da in all_pairs(fab):
-        src = fab.ports[sp]
-        by_host.setdefault(fab.nodes[src.node].name, []).append((src.ip, fab.ports[da].ip))
-    script = ("n=0; while read s d; do (ping -n -q -c 1 -W {t} -I $s $d >/dev/null 2>&1 && echo OK $s $d "
-              "|| echo FAIL $s $d) & n=$((n+1)); if [ $n -ge {p} ]; then wait; n=0; fi; done; wait").format(
-        t=int(max(1, timeout_s)), p=max_parallel)
     t0 = time.perf_counter()
-    procs_ = {}
-    for host, pairs in by_host.items():
-        p = live.popen_in_host(host, ["sh", "-c", script], stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True)
-        p.stdin.write("".join(f"{s} {d}\n" for s, d in pairs))
-        p.stdin.close()
-        procs_[host] = p
-    ok, failed = 0, []
-    for host, p in procs_.items():
-        for line in p.stdout:
-            word, s, d = line.split()
-            if word == "OK":
-                ok += 1
-            else:
-                failed.append(f"{fab.port_by_ip[s].name} -> {fab.port_by_ip[d].name}")
-        p.wait()
-    return {"pairs": ok + len(failed), "reachable": ok, "failed": sorted(failed), "seconds": time.perf_counter() - t0}
+    gp = fab.n_gpus * fab.ports_per_gpu
+    socks: dict[int, socket.socket] = {}
+    try:
+        for p in fab.ports[:gp]:
+            with in_netns(live.host_pid(fab.nodes[p.node].name)):
+                s = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
+            s.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, 1 << 20)
+            s.bind((p.ip, PROBE_UDP_PORT))
+            s.setblocking(False)
+            socks[p.id] = s
+        by_fd = {s.fileno(): pid for pid, s in socks.items()}
+        pending = set(all_pairs(fab))
+        total = len(pending)
+        send_errors: dict[tuple[int, int], str] = {}
+        poller = select.epoll()
+        for fd in by_fd:
+            poller.register(fd, select.EPOLLIN)
+        for _ in range(max(1, rounds)):
+            for sp, da in sorted(pending):
+                try:
+                    socks[sp].sendto(f"{sp} {da}".encode(), (fab.ports[da].ip, PROBE_UDP_PORT))
+                except OSError as exc:  # no route through this port, or a full socket buffer
+                    send_errors[(sp, da)] = exc.strerror or str(exc)
+            deadline = time.monotonic() + timeout_s / max(1, rounds)
+            while pending and time.monotonic() < deadline:
+                for fd, _ in poller.poll(0.05):
+                    while True:
+                        try:
+                            data = socks[by_fd[fd]].recv(64)
+                        except BlockingIOError:
+                            break
+                        try:
+                            sp, da = (int(x) for x in data.split())
+                        except ValueError:
+                            continue
+                        if da == by_fd[fd]:  # arrived at the port it was addressed to
+                            pending.discard((sp, da))
+                            send_errors.pop((sp, da), None)
+            if not pending:
+                break
+        poller.close()
+    finally:
+        for s in socks.values():
+            s.close()
+    failed = sorted(f"{fab.ports[sp].name} -> {fab.ports[da].name}"
+                    + (f" ({send_errors[(sp, da)]})" if (sp, da) in send_errors else "") for sp, da in pending)
+    return {"pairs": total, "reachable": total - len(pending), "failed": failed, "seconds": time.perf_counter() - t0,
+            "method": "one UDP probe per GPU port pair, all at once, from the source port's address"}
 
 
 def dump_flows(switch: str) -> dict[tuple, int]:

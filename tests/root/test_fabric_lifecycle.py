@@ -6,6 +6,7 @@ import subprocess
 import sys
 import time
 
+from testbed.emulation import probes
 from testbed.emulation.config import EmulationConfig
 from testbed.fabric import build_fabric
 from testbed.emulation.up import LiveFabric
@@ -57,6 +58,34 @@ def test_cabling_check_finds_a_swapped_nic_cable(tmp_path):
     assert swap["expected"] == ["g0-p0 <-> za0-p1", "g1-p0 <-> za0-p2"]
     assert swap["found"] == ["g0-p0 <-> za0-p2", "g1-p0 <-> za0-p1"]
     assert swap["cables"] == _patch_names(f.dir, ("g0-p0", "za0-p1"), ("g1-p0", "za0-p2"))
+
+
+def test_one_shot_probe_names_exactly_the_pairs_a_broken_route_or_entry_cuts(tmp_path):
+    """The all-pairs probe proves, it does not assume: a host route removed from g0 fails exactly
+    g0-p0's probes to that address; a flow entry removed from za1 fails exactly the pairs through it."""
+    with LiveFabric(ZCUBE, EmulationConfig(), results_dir=str(tmp_path), log=lambda *_: None) as f:
+        assert f.reach["reachable"] == f.reach["pairs"] == 480
+        _break_and_probe(probes.LiveRun(f.dir))
+
+
+def _break_and_probe(live):
+    fab = live.fabric
+    rail5 = fab.gpu_port_by_role(5, "rail")
+    assert live.in_host("g0", ["ip", "route", "del", f"{rail5.ip}/32"]).returncode == 0
+    try:
+        r = probes.reachability(live, timeout_s=1.5)
+        assert r["pairs"] == 480 and r["failed"] == [f"g0-p0 -> {rail5.name} (Network is unreachable)"]
+    finally:
+        live.in_host("g0", ["ip", "route", "add", f"{rail5.ip}/32", "dev", "g0-p0", "src",
+                            fab.gpu_port_by_role(0, "cons").ip])
+    # za1 delivers GPU 4's cons address: remove that entry and every rail port's probe to it fails
+    cons4 = fab.gpu_port_by_role(4, "cons")
+    subprocess.run(["ovs-ofctl", "-O", "OpenFlow13", "del-flows", "za1",
+                    f"ip,nw_dst={cons4.ip}"], check=True)
+    r = probes.reachability(live, timeout_s=1.5)
+    want = sorted(f"{fab.gpu_port_by_role(g, 'rail').name} -> {cons4.name}" for g in range(16) if g != 4)
+    assert r["failed"] == want
+    assert r["reachable"] == 480 - 15
 
 
 def test_sigkill_then_clean_leaves_nothing_and_spares_foreign_objects(tmp_path):
