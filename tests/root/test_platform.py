@@ -72,11 +72,16 @@ def test_doctor_measures_and_stores_the_datapath_capacity(tmp_path):
                 timeout=300)
     assert proc.returncode == 0, proc.stdout + proc.stderr
     rec = json.loads((state / "capacity.json").read_text())
-    assert "switch forwards per ovs-vswitchd core-second" in proc.stdout
-    # 4 KB frames through two switches: at least a few thousand per core-second, and the probe
-    # really loaded the datapath (otherwise the figure would be idle overhead, not capacity)
-    assert rec["forwards_per_core_s"] > 2000 and rec["ovs_cpu_fraction"] > 0.2, rec
-    assert rec["datapath"] in ("netdev", "system") and rec["forwards_per_s"] > 0
+    assert "forwards/core-s" in proc.stdout and "interpolates it at each run's link rate" in proc.stdout
+    # a curve over the link rates; 4 KB frames through two switches: at least a few thousand per
+    # core-second at every rate, and at the fastest rates the probe really loaded the datapath
+    # (otherwise the figure would be idle overhead, not capacity)
+    curve = rec["curve"]
+    assert [p["link_rate_mbps"] for p in curve] == [4.0, 16.0, 33.0, 100.0, 300.0]
+    assert all(p["forwards_per_core_s"] > 2000 and p["forwards_per_s"] > 0 for p in curve), curve
+    assert max(p["ovs_cpu_fraction"] for p in curve) > 0.2, curve
+    assert rec["forwards_per_core_s"] == min(p["forwards_per_core_s"] for p in curve)
+    assert rec["datapath"] in ("netdev", "system")
 
 
 def test_readme_commands_work_as_root_and_as_a_sudo_user(tmp_path):

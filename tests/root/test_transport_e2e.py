@@ -1,6 +1,7 @@
 """The RDMA-like transport on a real emulated ZCube(4,2): tshark decodes it as RoCE, it runs
 at line rate (and close to iperf3), splits over both ports, and survives loss intact."""
 
+import os
 import subprocess
 import time
 
@@ -28,6 +29,30 @@ def live(tmp_path_factory):
 
 def goodput(rec):
     return rec["size_bytes"] * 8 / ((rec["t_complete_ns"] - rec["t_first_tx_ns"]) / 1e9)
+
+
+def _steal_s() -> float:
+    f = open("/proc/stat").readline().split()
+    return int(f[8]) / os.sysconf("SC_CLK_TCK")
+
+
+MAX_STEAL = 0.2  # the fidelity guard's limit (measurement.max_steal_fraction)
+
+
+def send_unstolen(live, *args, **kw):
+    """send_message, taken again (at most twice, 5 s apart) only if the hypervisor stole more than
+    the fidelity guard allows while it ran — the rule the experiment runner applies to repeats;
+    any other shortfall fails, and so does a machine stolen on every attempt."""
+    for attempt in range(3):
+        if attempt:
+            time.sleep(5)
+        s0, t0 = _steal_s(), time.monotonic()
+        out = send_message(live, *args, **kw)
+        steal = (_steal_s() - s0) / max(time.monotonic() - t0, 1e-3) / os.cpu_count()
+        if steal <= MAX_STEAL:
+            return out
+        print(f"attempt {attempt + 1}: hypervisor steal {100 * steal:.0f} % of the cores; taken again")
+    return out
 
 
 def test_tshark_decodes_a_fabric_link_as_roce(live, tmp_path):
@@ -59,7 +84,7 @@ def test_tshark_decodes_a_fabric_link_as_roce(live, tmp_path):
 
 
 def test_large_message_reaches_line_rate_and_matches_iperf3(live):
-    recs, counters = send_message(live, "g0-p0", "g5", 4_000_000)
+    recs, counters = send_unstolen(live, "g0-p0", "g5", 4_000_000)
     assert recs[0]["integrity_ok"]
     gp = goodput(recs[0])
     assert gp >= 0.95 * PORT_BPS, gp
@@ -69,7 +94,7 @@ def test_large_message_reaches_line_rate_and_matches_iperf3(live):
 
 
 def test_split_over_both_ports_reaches_90_percent_of_their_sum(live):
-    recs, counters = send_message(live, "g1", "g6", 8_000_000)
+    recs, counters = send_unstolen(live, "g1", "g6", 8_000_000)
     assert {(r["src"], r["dst"]) for r in recs} == {("g1-p0", "g6-p1"), ("g1-p1", "g6-p0")}
     t0 = min(r["t_first_tx_ns"] for r in recs)
     t1 = max(r["t_complete_ns"] for r in recs)
