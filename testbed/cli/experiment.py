@@ -21,8 +21,30 @@ def _resolved(args_spec, overrides, preset: str = "as-given", budget_s: float = 
         exp = resolve(especs.load(args_spec, (overrides or []) + planner.overrides(choice)))
         exp.scaling_choice = planner.assess(exp, preset).to_dict()
     else:
+        capped = planner.capped_default_rate(exp, _user_set_rate(args_spec, overrides))
+        if capped is not None:
+            exp = resolve(especs.load(args_spec, (overrides or []) + [f"emulation.rate_scale={capped:.6g}"]))
         exp.scaling_choice = planner.assess(exp, preset).to_dict()
+        if capped is not None:
+            exp.scaling_choice["notes"].insert(0, f"the default rate_scale {especs.DEFAULT['emulation']['rate_scale']:g} "
+                                                  f"exceeds what this machine's measured capacity allows: lowered to "
+                                                  f"{capped:.3g} (give emulation.rate_scale to choose it yourself)")
     return exp
+
+
+def _user_set_rate(args_spec, overrides) -> bool:
+    """Did the user choose rate_scale (in the spec file or a --set)? Then it is theirs, not a default."""
+    import yaml
+
+    if any(o.startswith("emulation.rate_scale=") for o in overrides or []):
+        return True
+    if args_spec:
+        try:
+            user = yaml.safe_load(open(args_spec, encoding="utf-8")) or {}
+        except (OSError, yaml.YAMLError, UnicodeDecodeError):
+            return False  # load() above already accepted it; be conservative
+        return isinstance(user, dict) and "rate_scale" in (user.get("emulation") or {})
+    return False
 
 
 def print_plan(exp) -> None:

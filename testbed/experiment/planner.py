@@ -124,6 +124,20 @@ def rate_limit_factor(exp) -> float:
     return factor_for([fr.figures for fr in exp.fabrics.values()])
 
 
+def capped_default_rate(exp, user_chose: bool) -> float | None:
+    """The default rate_scale is a preset, not a promise: where this machine's measured capacity
+    cannot carry it, the default is lowered to what the capacity allows (never raised: the fast
+    preset's scales are the tested ones). None when it fits, when nothing was measured, or when
+    the user chose the rate (then the assessment warns instead)."""
+    if user_chose or not capacity()[1]:
+        return None
+    grow = rate_limit_factor(exp)
+    if grow >= 1.0:
+        return None
+    first = next(iter(exp.fabrics.values()))
+    return first.plan.scaling.rate_scale * grow
+
+
 def assess(exp, preset: str = "as given") -> Choice:
     """The trade-off of a resolved experiment as it stands."""
     spec = exp.spec
