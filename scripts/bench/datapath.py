@@ -29,7 +29,7 @@ import time
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
-from testbed.measure.collector import LEAF_HANDLE  # noqa: E402  the pfifo under htb class 1:1
+from testbed.measure.collector import LEAF_HANDLE, cpu_seconds, machine_cpu  # noqa: E402
 from testbed.measure.qdisc_netlink import QdiscReader  # noqa: E402
 
 OPTIONS = ("system", "afxdp-nonpmd", "afxdp", "kernel")
@@ -47,17 +47,10 @@ def vswitchd_pid() -> int:
     return int(Path("/var/run/openvswitch/ovs-vswitchd.pid").read_text().strip())
 
 
-def proc_cpu_s(pid: int) -> float:
-    f = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
-    return (int(f[11]) + int(f[12])) / os.sysconf("SC_CLK_TCK")
-
-
 def machine_busy_s() -> tuple[float, float]:
-    """(busy incl. softirq, steal) CPU seconds of the whole machine."""
-    f = [int(x) for x in Path("/proc/stat").read_text().split("\n", 1)[0].split()[1:]]
-    user, nice, system, idle, iowait, irq, softirq, steal = f[:8]
-    hz = os.sysconf("SC_CLK_TCK")
-    return (user + nice + system + irq + softirq) / hz, steal / hz
+    """(busy CPU seconds without steal, stolen seconds) of the whole machine (the collector's reader)."""
+    busy, steal, _ = machine_cpu()
+    return busy - steal, steal
 
 
 def kernel_datapath_available() -> bool:
@@ -179,7 +172,7 @@ def blast(chain: Chain, frame_bytes: int, offered_mbps: float, seconds: float) -
 
     before = pfifo()
     pid = vswitchd_pid()
-    o0, (m0, s0), w0 = proc_cpu_s(pid), machine_busy_s(), time.monotonic()
+    o0, (m0, s0), w0 = cpu_seconds(pid), machine_busy_s(), time.monotonic()
     sampler = threading.Thread(target=sample, daemon=True)
     sampler.start()
     try:
@@ -191,7 +184,7 @@ def blast(chain: Chain, frame_bytes: int, offered_mbps: float, seconds: float) -
         sampler.join()
         server.wait(timeout=10)
     wall = time.monotonic() - w0
-    ovs_cpu = proc_cpu_s(pid) - o0
+    ovs_cpu = cpu_seconds(pid) - o0
     m1, s1 = machine_busy_s()
     after = pfifo()
     reader.close()

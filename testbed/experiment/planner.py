@@ -61,42 +61,55 @@ def capacity() -> tuple[float, bool]:
     return UNMEASURED_CAPACITY, False
 
 
+@dataclass(frozen=True)
+class Curve:
+    """This machine's capacity record, read once: (switch forwards per ovs core-second, agent
+    frames per agent core-second) at a per-link rate. Why per rate: ovs-vswitchd's cost per frame
+    is ~3x higher on 33 Mb/s links than on 300 Mb/s ones (README "Scaling planner")."""
+
+    rates: tuple  # log(link rate), ascending; empty: flat figures only
+    forwards: tuple
+    agent: tuple
+    flat_forwards: float
+    flat_agent: float
+
+    @classmethod
+    def load(cls) -> "Curve":
+        rec = state.capacity() or {}
+        pts = sorted(rec.get("curve") or [], key=lambda p: p["link_rate_mbps"])
+        flat = float(rec["forwards_per_core_s"]) if rec.get("forwards_per_core_s") else UNMEASURED_CAPACITY
+        return cls(tuple(np.log([p["link_rate_mbps"] for p in pts])),
+                   tuple(p["forwards_per_core_s"] for p in pts), tuple(p["agent_frames_per_core_s"] for p in pts),
+                   flat, float(rec.get("agent_frames_per_core_s") or UNMEASURED_AGENT_CAPACITY))
+
+    def at(self, link_rate_mbps: float) -> tuple[float, float]:
+        """Interpolated in log(rate), clamped at the curve's ends; the flat figures without a curve."""
+        if not self.rates:
+            return self.flat_forwards, self.flat_agent
+        x = float(np.log(max(link_rate_mbps, 1e-9)))
+        return float(np.interp(x, self.rates, self.forwards)), float(np.interp(x, self.rates, self.agent))
+
+
 def capacity_at(link_rate_mbps: float) -> tuple[float, float]:
-    """(switch forwards per ovs core-second, agent frames per agent core-second) at a per-link rate:
-    the measured curve interpolated in log(rate), clamped at its ends; the flat figures when no
-    curve was measured. Why per rate: ovs-vswitchd's cost per frame is ~3x higher on 33 Mb/s
-    links than on 300 Mb/s ones (README "Scaling planner")."""
-    rec = state.capacity() or {}
-    curve = sorted(rec.get("curve") or [], key=lambda p: p["link_rate_mbps"])
-    if not curve:
-        return capacity()[0], agent_capacity()
-    x = np.log([p["link_rate_mbps"] for p in curve])
-    at = float(np.log(max(link_rate_mbps, 1e-9)))
-    return (float(np.interp(at, x, [p["forwards_per_core_s"] for p in curve])),
-            float(np.interp(at, x, [p["agent_frames_per_core_s"] for p in curve])))
+    return Curve.load().at(link_rate_mbps)
 
 
-def agent_capacity() -> float:
-    rec = state.capacity()
-    return float(rec.get("agent_frames_per_core_s") or UNMEASURED_AGENT_CAPACITY) if rec else UNMEASURED_AGENT_CAPACITY
-
-
-def shares(figures: dict, g: float = 1.0) -> tuple[float, float, float]:
+def shares(figures: dict, g: float = 1.0, curve: Curve | None = None) -> tuple[float, float, float]:
     """(ovs-vswitchd cores, agent cores, capacity used) of one fabric's planned peak with its
     rate_scale multiplied by g: packet rates grow by g, and the link rate too, which moves the
     capacity along the measured curve."""
-    cap, agent_cap = capacity_at(min(figures["link_rates_mbps"]) * g)
+    cap, agent_cap = (curve or Curve.load()).at(min(figures["link_rates_mbps"]) * g)
     ovs = figures["peak_switch_forwards_per_s"] * g / cap
     agent = AGENT_OPS_PER_NIC_FRAME * figures["peak_nic_frames_per_s"] * g / agent_cap
     return ovs, agent, cap
 
 
-def _fits(figures: dict, g: float) -> bool:
+def _fits(figures: dict, g: float, curve: Curve) -> bool:
     # each within its headroom, and the two together within the same headroom of one core: the other
     # core is the kernel's (veth, htb: softirq), the collector's and the controller's. Measured: with
     # the two together at a full core, 3 of 10 queue-faithful repeats saw ovs-vswitchd at 96-100 %
     # in some 250 ms intervals.
-    ovs, agent, _ = shares(figures, g)
+    ovs, agent, _ = shares(figures, g, curve)
     return ovs <= HEADROOM and agent <= HEADROOM and ovs + agent <= HEADROOM
 
 
@@ -104,18 +117,19 @@ def factor_for(figures_list: list[dict]) -> float:
     """By how much rate_scale may grow (< 1: must shrink) before ovs-vswitchd or the agent of the
     busiest fabric passes the headroom. Bisection in log(g): the capacity curve is monotone in rate
     and grows slower than the rate."""
+    curve = Curve.load()  # once, not per bisection step
     out = []
     for fig in figures_list:
         lo, hi = -12.0, 12.0  # log(g)
-        if _fits(fig, np.exp(hi)):
+        if _fits(fig, np.exp(hi), curve):
             out.append(float(np.exp(hi)))
             continue
-        if not _fits(fig, np.exp(lo)):
+        if not _fits(fig, np.exp(lo), curve):
             out.append(float(np.exp(lo)))
             continue
         for _ in range(60):
             mid = (lo + hi) / 2
-            lo, hi = (mid, hi) if _fits(fig, np.exp(mid)) else (lo, mid)
+            lo, hi = (mid, hi) if _fits(fig, np.exp(mid), curve) else (lo, mid)
         out.append(float(np.exp(lo)))
     return min(out)
 
@@ -145,9 +159,10 @@ def assess(exp, preset: str = "as given") -> Choice:
     rho, sigma = first.plan.scaling.rate_scale, first.plan.scaling.size_scale
     frame = first.emulation.burst_bytes
     _, measured = capacity()
-    busiest = max(exp.fabrics.values(), key=lambda fr: shares(fr.figures)[0])
+    curve = Curve.load()
+    busiest = max(exp.fabrics.values(), key=lambda fr: shares(fr.figures, 1.0, curve)[0])
     peak = busiest.figures["peak_switch_forwards_per_s"]
-    cap = shares(busiest.figures)[2]  # at the busiest fabric's link rate
+    cap = shares(busiest.figures, 1.0, curve)[2]  # at the busiest fabric's link rate
     budget = HEADROOM * cap
     q = float(spec["measurement"]["xoff_real_bytes"])
     floor = FRAMES_PER_QUEUE * frame / sigma

@@ -27,7 +27,7 @@ from ..emulation.agents import port_spec
 from ..emulation.calibrate import iperf3_udp
 from ..emulation.probes import LiveRun
 from ..emulation.up import LiveFabric
-from ..records import JsonLines, read_json, write_json
+from ..records import JsonLines, read_json, read_jsonl, write_json
 from .resolve import Experiment, FabricRun, Repeat
 
 
@@ -74,7 +74,7 @@ def run_fabric(exp: Experiment, fr: FabricRun, root: Path, log=print, bar=None) 
             voided = []
             while True:
                 status = replay(exp, fr, rep, lf, live, log=log, bar=bar)
-                reason = stolen(exp, fr, lf.dir, rep.index) if status == "complete" else None
+                reason = stolen(exp, lf.dir, rep.index) if status == "complete" else None
                 if reason is None or len(voided) >= m["steal_retakes"]:
                     break
                 raw = lf.dir / "raw" / f"rep{rep.index}"
@@ -91,14 +91,15 @@ def run_fabric(exp: Experiment, fr: FabricRun, root: Path, log=print, bar=None) 
     return lf.dir
 
 
-def stolen(exp: Experiment, fr: FabricRun, fdir: Path, repeat: int) -> str | None:
+def stolen(exp: Experiment, fdir: Path, repeat: int) -> str | None:
     """Why a finished repeat is void because the hypervisor took the CPU (the analysis's own
-    steal rule, read off the raw records), or None. Only this cause is re-taken: it comes from
+    steal rule, on the repeat's cpu.jsonl), or None. Only this cause is re-taken: it comes from
     outside the run, so replaying with the same seed does not select results."""
-    from ..measure.tables import FabricData
+    from ..measure.tables import cpu_fractions
 
     limit = exp.measurement["max_steal_fraction"]
-    steal = FabricData(fdir, fr.resolved(), repeat).cpu_fractions().get("steal", {}).get("max")
+    rows = read_jsonl(fdir / "raw" / f"rep{repeat}" / "cpu.jsonl")
+    steal = cpu_fractions(rows).get("steal", {}).get("max")
     if steal is not None and steal > limit:
         return f"hypervisor steal up to {100 * steal:.0f} % of the cores (limit {100 * limit:.0f} %)"
     return None

@@ -111,8 +111,9 @@ def tables(fab: Fabric) -> Tables:
 REPAIR_POLICIES = ("none", "host", "detour", "both")
 
 
-def _live_ports(fab: Fabric, link_down: np.ndarray, dead_sw) -> np.ndarray:
-    """[switch row u, switch row v] -> u's first live port toward v (-1: none)."""
+def _live_ports(fab: Fabric, link_down: np.ndarray, dead_rows) -> np.ndarray:
+    """[switch row u, switch row v] -> u's first live port toward v (-1: none; none at all for the
+    rows of failed switches)."""
     if "fabric_link_rows" not in fab._cache:
         rows = {sw.id: r for r, sw in enumerate(fab.switches)}
         fl = [l for l in fab.links if l.kind == "fabric"]
@@ -124,9 +125,7 @@ def _live_ports(fab: Fabric, link_down: np.ndarray, dead_sw) -> np.ndarray:
     ok = ~link_down[lid]
     lp[ra[ok], rb[ok]] = pa[ok]  # reversed order: among parallel cables the first live one is written last
     lp[rb[ok], ra[ok]] = pb[ok]
-    for sw in dead_sw:
-        r = fab._cache.get("switch_row_of", {}).get(sw)
-        r = r if r is not None else next(k for k, n in enumerate(fab.switches) if n.id == sw)
+    for r in dead_rows:
         lp[r, :] = -1
         lp[:, r] = -1
     return lp
@@ -149,7 +148,7 @@ def repair(fab: Fabric, ng: np.ndarray, link_down: np.ndarray, policy: str, fail
     a_rows = np.array([row[sw.id] for sw in fab.switches if sw.group == "A"])
     b_rows = np.array([row[sw.id] for sw in fab.switches if sw.group == "B"])
     dead_sw = set(failures.switches)
-    lp = _live_ports(fab, link_down, dead_sw)
+    lp = _live_ports(fab, link_down, [row[sw] for sw in dead_sw])
     changed = 0
     h = np.arange(N)
     for lk in np.nonzero(link_down)[0]:

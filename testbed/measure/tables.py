@@ -23,6 +23,29 @@ FRAME_OVERHEAD_BYTES, RETH_BYTES, ACK_FRAME_BYTES = 58, 16, 62
 PACER_SLACK_S = 1e-3  # the agent's pacer may bank one event-loop tick (1 ms) of line rate
 
 
+def cpu_fractions(rows: list[dict]) -> dict:
+    """Per process and for the whole machine, from a repeat's cpu.jsonl rows: the mean, and the
+    max over every sampling interval (about 250 ms: sub-second saturation is not averaged away;
+    the last, partial interval counts too). Process shares are of one core; the machine's of all
+    its cores."""
+    out = {}
+    if len(rows) < 2:
+        return out
+    t = np.array([r["t_ns"] for r in rows]) / 1e9
+    dt = np.diff(t)
+    keys = [k for k in rows[0] if k.endswith("_cpu_s")] + [k for k in ("machine_busy_s", "machine_steal_s")
+                                                             if k in rows[0]]
+    for key in keys:
+        v = np.array([r.get(key) if r.get(key) is not None else np.nan for r in rows], dtype=float)
+        scale = float(rows[0].get("cores", 1)) if key.startswith("machine_") else 1.0
+        ok = dt > 0.05
+        fr = np.diff(v)[ok] / dt[ok] / scale
+        total = (v[-1] - v[0]) / (t[-1] - t[0]) / scale
+        name = {"machine_busy_s": "machine", "machine_steal_s": "steal"}.get(key, key.replace("_cpu_s", ""))
+        out[name] = {"max": float(np.nanmax(fr)) if fr.size else float(total), "mean": float(total)}
+    return out
+
+
 class FabricData:
     """One fabric's raw data of one repeat, as tables."""
 
@@ -252,26 +275,7 @@ class FabricData:
 
     # ---- fidelity -------------------------------------------------------------------
     def cpu_fractions(self) -> dict:
-        """Per process and for the whole machine: the mean, and the max over every sampling
-        interval (about 250 ms: sub-second saturation is not averaged away; the last, partial
-        interval counts too). Process shares are of one core; the machine's of all its cores."""
-        rows = self.cpu_rows
-        out = {}
-        if len(rows) < 2:
-            return out
-        t = np.array([r["t_ns"] for r in rows]) / 1e9
-        dt = np.diff(t)
-        keys = [k for k in rows[0] if k.endswith("_cpu_s")] + [k for k in ("machine_busy_s", "machine_steal_s")
-                                                                 if k in rows[0]]
-        for key in keys:
-            v = np.array([r.get(key) if r.get(key) is not None else np.nan for r in rows], dtype=float)
-            scale = float(rows[0].get("cores", 1)) if key.startswith("machine_") else 1.0
-            ok = dt > 0.05
-            fr = np.diff(v)[ok] / dt[ok] / scale
-            total = (v[-1] - v[0]) / (t[-1] - t[0]) / scale
-            name = {"machine_busy_s": "machine", "machine_steal_s": "steal"}.get(key, key.replace("_cpu_s", ""))
-            out[name] = {"max": float(np.nanmax(fr)) if fr.size else float(total), "mean": float(total)}
-        return out
+        return cpu_fractions(self.cpu_rows)
 
     def write_tables(self, out: Path, xoff_bytes: int, window_s: float) -> dict[str, pd.DataFrame]:
         out.mkdir(parents=True, exist_ok=True)

@@ -15,6 +15,7 @@ from testbed.emulation.up import LiveFabric
 from testbed.emulation import capture, faults
 from testbed.emulation.calibrate import iperf3_udp
 from testbed.emulation.agents import send_message
+from testbed.measure.collector import machine_cpu
 
 PORT_BPS = 20e6  # 200 Gb/s x rate_scale 1e-4
 
@@ -31,11 +32,6 @@ def goodput(rec):
     return rec["size_bytes"] * 8 / ((rec["t_complete_ns"] - rec["t_first_tx_ns"]) / 1e9)
 
 
-def _steal_s() -> float:
-    f = open("/proc/stat").readline().split()
-    return int(f[8]) / os.sysconf("SC_CLK_TCK")
-
-
 MAX_STEAL = 0.2  # the fidelity guard's limit (measurement.max_steal_fraction)
 
 
@@ -46,9 +42,9 @@ def send_unstolen(live, *args, **kw):
     for attempt in range(3):
         if attempt:
             time.sleep(5)
-        s0, t0 = _steal_s(), time.monotonic()
+        s0, t0 = machine_cpu()[1], time.monotonic()
         out = send_message(live, *args, **kw)
-        steal = (_steal_s() - s0) / max(time.monotonic() - t0, 1e-3) / os.cpu_count()
+        steal = (machine_cpu()[1] - s0) / max(time.monotonic() - t0, 1e-3) / os.cpu_count()
         if steal <= MAX_STEAL:
             return out
         print(f"attempt {attempt + 1}: hypervisor steal {100 * steal:.0f} % of the cores; taken again")

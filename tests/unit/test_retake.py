@@ -67,10 +67,8 @@ def test_stolen_reads_the_steal_rule_off_the_raw_records(tmp_path):
     run = tmp_path / "run"
     shutil.copytree(MINI, run)
     exp = json.loads((run / "experiment.json").read_text())
-    resolved = exp["fabrics"]["zcube"]
-    fr = SimpleNamespace(resolved=lambda: resolved)
     ex = SimpleNamespace(measurement={**exp["spec"]["measurement"], "max_steal_fraction": 0.2})
-    assert runner.stolen(ex, fr, run / "zcube", 0) is None
+    assert runner.stolen(ex, run / "zcube", 0) is None
     cpu = run / "zcube" / "raw" / "rep0" / "cpu.jsonl"
     rows = [json.loads(line) for line in cpu.read_text().splitlines()]
     cores = rows[0]["cores"]
@@ -79,7 +77,7 @@ def test_stolen_reads_the_steal_rule_off_the_raw_records(tmp_path):
     for r in rows[6:]:
         r["machine_steal_s"] += bump
     cpu.write_text("\n".join(json.dumps(r) for r in rows) + "\n")
-    reason = runner.stolen(ex, fr, run / "zcube", 0)
+    reason = runner.stolen(ex, run / "zcube", 0)
     assert reason and reason.startswith("hypervisor steal up to 5") and "(limit 20 %)" in reason
 
 
