@@ -35,13 +35,51 @@ except ImportError:  # Ryu
 
 from testbed.records import JsonLines
 
+from .recovery import ProbeLoss, RecoveryPlan, backup_for, diff, group_id
+
 ETH_IP, ETH_LLDP, IP_UDP = 0x0800, 0x88CC, 17
 PRIORITY_LLDP = 65000
 LLDP_DST = "01:80:c2:00:00:0e"
 COOKIE = 0x5A4C  # "ZL": every entry this app installs
 
 
-def build_flow_mods(dp, entries: list[dict]) -> list:
+def entry_match(parser, e: dict):
+    fields = {"eth_type": ETH_IP, "ipv4_dst": (e["ipv4_dst"], e["ipv4_mask"])}
+    if e["udp_src"] is not None:
+        fields.update(ip_proto=IP_UDP, udp_src=tuple(e["udp_src"]))
+    return parser.OFPMatch(**fields)
+
+
+def entry_mods(dp, delete: list[dict], add: list[dict], backup=None) -> list:
+    """FlowMods changing one switch's table in place: strict deletes, then adds (an add with an
+    existing match and priority overwrites its action). backup(entry) -> port or None: a
+    protected entry outputs through its fast-failover group instead (ff_groups)."""
+    ofp, parser = dp.ofproto, dp.ofproto_parser
+    mods = [parser.OFPFlowMod(dp, cookie=COOKIE, cookie_mask=0xFFFFFFFFFFFFFFFF, command=ofp.OFPFC_DELETE_STRICT,
+                              priority=e["priority"], out_port=ofp.OFPP_ANY, out_group=ofp.OFPG_ANY,
+                              match=entry_match(parser, e)) for e in delete]
+    for e in add:
+        b = backup(e) if backup is not None else None
+        act = parser.OFPActionGroup(group_id(e["out_port"], b)) if b is not None else parser.OFPActionOutput(e["out_port"])
+        out = [parser.OFPInstructionActions(ofp.OFPIT_APPLY_ACTIONS, [act])]
+        mods.append(parser.OFPFlowMod(dp, cookie=COOKIE, priority=e["priority"], match=entry_match(parser, e),
+                                      instructions=out))
+    return mods
+
+
+def ff_groups(dp, pairs) -> list:
+    """One OpenFlow fast-failover group per (primary, backup) port pair: the first bucket whose
+    watched port is live forwards, so the switch repairs by itself when the primary goes down."""
+    ofp, parser = dp.ofproto, dp.ofproto_parser
+    mods = [parser.OFPGroupMod(dp, ofp.OFPGC_DELETE, ofp.OFPGT_FF, ofp.OFPG_ALL, [])]
+    for p, b in sorted(set(pairs)):
+        buckets = [parser.OFPBucket(watch_port=port, watch_group=ofp.OFPG_ANY, actions=[parser.OFPActionOutput(port)])
+                   for port in (p, b)]
+        mods.append(parser.OFPGroupMod(dp, ofp.OFPGC_ADD, ofp.OFPGT_FF, group_id(p, b), buckets))
+    return mods
+
+
+def build_flow_mods(dp, entries: list[dict], backup=None) -> list:
     """OFPFlowMods for one switch: delete ours, table-miss drop, LLDP punt, then the table."""
     ofp, parser = dp.ofproto, dp.ofproto_parser
     mods = [parser.OFPFlowMod(dp, command=ofp.OFPFC_DELETE, table_id=ofp.OFPTT_ALL, out_port=ofp.OFPP_ANY,
@@ -51,26 +89,32 @@ def build_flow_mods(dp, entries: list[dict]) -> list:
                                          [parser.OFPActionOutput(ofp.OFPP_CONTROLLER, ofp.OFPCML_NO_BUFFER)])]
     mods.append(parser.OFPFlowMod(dp, cookie=COOKIE, priority=PRIORITY_LLDP,
                                   match=parser.OFPMatch(eth_type=ETH_LLDP), instructions=punt))
-    for e in entries:
-        fields = {"eth_type": ETH_IP, "ipv4_dst": (e["ipv4_dst"], e["ipv4_mask"])}
-        if e["udp_src"] is not None:
-            fields.update(ip_proto=IP_UDP, udp_src=tuple(e["udp_src"]))
-        out = [parser.OFPInstructionActions(ofp.OFPIT_APPLY_ACTIONS, [parser.OFPActionOutput(e["out_port"])])]
-        mods.append(parser.OFPFlowMod(dp, cookie=COOKIE, priority=e["priority"], match=parser.OFPMatch(**fields),
-                                      instructions=out))
-    return mods
+    return mods + entry_mods(dp, [], entries, backup)
 
 
-def lldp_frame(dpid: int, port_no: int) -> bytes:
-    """LLDP with chassis id 'dpid:<hex>' and port id = port number, as discovery expects."""
+def lldp_frame(dpid: int, port_no: int, seq: int | None = None) -> bytes:
+    """LLDP with chassis id 'dpid:<hex>' and port id = port number, as discovery expects; a link
+    probe also carries its sequence number (system name 'seq:N') so its loss can be counted."""
     pkt = packet.Packet()
     pkt.add_protocol(ethernet.ethernet(dst=LLDP_DST, src="02:5a:00:00:00:01", ethertype=ETH_LLDP))
     tlvs = (lldp.ChassisID(subtype=lldp.ChassisID.SUB_LOCALLY_ASSIGNED, chassis_id=f"dpid:{dpid:016x}".encode()),
             lldp.PortID(subtype=lldp.PortID.SUB_PORT_COMPONENT, port_id=struct.pack("!I", port_no)),
-            lldp.TTL(ttl=120), lldp.End())
+            lldp.TTL(ttl=120))
+    if seq is not None:
+        tlvs += (lldp.SystemName(system_name=f"seq:{seq}".encode()),)
+    tlvs += (lldp.End(),)
     pkt.add_protocol(lldp.lldp(tlvs))
     pkt.serialize()
     return bytes(pkt.data)
+
+
+def probe_seq(data: bytes) -> int | None:
+    """A link probe's sequence number (None: a discovery frame)."""
+    l = packet.Packet(data).get_protocol(lldp.lldp)
+    for t in (l.tlvs if l is not None else []):
+        if isinstance(t, lldp.SystemName) and t.system_name.startswith(b"seq:"):
+            return int(t.system_name[4:])
+    return None
 
 
 HOST_CHASSIS = "host:"  # a GPU port's own LLDP frame (testbed.emulation.wiring.host_lldp_frame)
@@ -116,6 +160,24 @@ class ZlabRoutes(BaseApp):
         self.lldp_interval_s = float(os.environ.get("ZLAB_LLDP_INTERVAL_S", "1.0"))
         self.datapaths = {}
         self.ports = {}  # dpid -> port numbers
+        self.current = {name: list(v["entries"]) for name, v in self.switches.items()}  # what each switch holds
+        self.plan = None
+        fpath = os.path.join(run_dir, "failures.json")
+        if os.path.exists(fpath):  # a failure experiment: detect, and recover as failures.json says
+            with open(fpath, encoding="utf-8") as fh:
+                self.plan = RecoveryPlan(json.load(fh), {n: v["entries"] for n, v in self.switches.items()})
+            d = self.plan.detect
+            self.current = {name: list(v) for name, v in self.plan.healthy.items()}  # + fast-failover transit
+            self.probes = ProbeLoss(int(d["probe_window"]), int(d["probe_min_lost"]), int(d["probe_timeout_s"] * 1e9))
+            self.fail_log = JsonLines(os.path.join(out, "failures.jsonl"))  # CLOCK_MONOTONIC, as the agents
+            self.port_down: dict[tuple[str, int], bool] = {}
+            self.down_status: set[int] = set()
+            self.down_gray: set[int] = set()
+            self.detected: frozenset = frozenset()
+            self.barriers: dict[int, str] = {}
+            self.probe_seq = 0
+            self.probes_sent = self.probes_back = 0
+            hub.spawn(self._fail_loop)
         self.poller = hub.spawn(self._poll)
 
     # ---- proactive install ------------------------------------------------------------
@@ -126,18 +188,143 @@ class ZlabRoutes(BaseApp):
         if name is None:
             self.logger.error("unknown dpid %016x connected; not in flows.json, ignoring", dp.id)
             return
-        entries = self.switches[name]["entries"]
-        for mod in build_flow_mods(dp, entries):
+        entries = self.current[name]
+        backup = self._backup_of(name)
+        if backup is not None:  # fast-failover: the groups before the entries that use them
+            for mod in ff_groups(dp, [(e["out_port"], backup(e)) for e in entries if backup(e) is not None]):
+                dp.send_msg(mod)
+        for mod in build_flow_mods(dp, entries, backup):
             dp.send_msg(mod)
         dp.send_msg(dp.ofproto_parser.OFPBarrierRequest(dp))
         dp.send_msg(dp.ofproto_parser.OFPPortDescStatsRequest(dp, 0))
         self.datapaths[dp.id] = dp
-        self.installed.write({"t_ns": time.time_ns(), "switch": name, "dpid": dp.id, "entries": len(entries) + 2})
+        self.installed.write({"t_ns": time.time_ns(), "switch": name, "dpid": dp.id, "entries": len(entries) + 2,
+                              "ff_protected": sum(1 for e in entries if backup is not None and backup(e) is not None)})
+
+    def _backup_of(self, name: str):
+        """entry -> its fast-failover backup port while the entry still outputs to its protected
+        primary (None: no fast-failover in this run)."""
+        if self.plan is None or not self.plan.ff_backup:
+            return None
+        ff = self.plan.ff_backup
+        return lambda e: backup_for(ff, name, e)
 
     @set_ev_cls(ofp_event.EventOFPPortDescStatsReply, MAIN_DISPATCHER)
     def on_port_desc(self, ev):
         dp = ev.msg.datapath
         self.ports[dp.id] = sorted(p.port_no for p in ev.msg.body if p.port_no < dp.ofproto.OFPP_MAX)
+        if self.plan is not None:  # the poll confirms (or replaces) port-status messages
+            for p in ev.msg.body:
+                if p.port_no < dp.ofproto.OFPP_MAX:
+                    self._port_seen(dp, p, "port_desc")
+
+    # ---- failures: detect, then install the model's degraded tables ----------------------
+    @set_ev_cls(ofp_event.EventOFPPortStatus, MAIN_DISPATCHER)
+    def on_port_status(self, ev):
+        if self.plan is not None:
+            self._port_seen(ev.msg.datapath, ev.msg.desc, "port_status")
+
+    def _port_seen(self, dp, desc, via: str) -> None:
+        ofp = dp.ofproto
+        name = self.by_dpid.get(dp.id)
+        key = (name, desc.port_no)
+        down = bool(desc.state & ofp.OFPPS_LINK_DOWN) or bool(desc.config & ofp.OFPPC_PORT_DOWN)
+        if self.port_down.get(key, False) == down:
+            self.port_down[key] = down
+            return
+        self.port_down[key] = down
+        link = self.plan.port_link.get(key)
+        self.fail_log.write({"t_ns": time.monotonic_ns(), "event": "port_down" if down else "port_up", "switch": name,
+                             "port": desc.port_no, "link": link, "via": via})
+        self.down_status = {self.plan.port_link[k] for k, d in self.port_down.items() if d and k in self.plan.port_link}
+        self._recompute(via)
+
+    def _recompute(self, via: str) -> None:
+        down = frozenset(self.down_status | self.down_gray)
+        if down == self.detected:
+            return
+        self.detected = down
+        self.fail_log.write({"t_ns": time.monotonic_ns(), "event": "state", "down_links": sorted(down),
+                             "state": self.plan.state_name(down), "via": via})
+        if self.plan.mode in ("controller", "fast-failover", "both"):
+            self._install(down)
+
+    def _install(self, down: frozenset) -> None:
+        target = self.plan.target(down)
+        if target is None:
+            self.fail_log.write({"t_ns": time.monotonic_ns(), "event": "unplanned", "down_links": sorted(down)})
+            return
+        for name, entries in target.items():
+            dp = self.datapaths.get(self.switches[name]["dpid"])
+            delete, add = diff(self.current[name], entries)
+            if dp is None or not (delete or add):
+                continue
+            for mod in entry_mods(dp, delete, add, self._backup_of(name)):
+                dp.send_msg(mod)
+            barrier = dp.ofproto_parser.OFPBarrierRequest(dp)
+            dp.set_xid(barrier)
+            self.barriers[barrier.xid] = name
+            dp.send_msg(barrier)
+            self.current[name] = list(entries)
+            self.fail_log.write({"t_ns": time.monotonic_ns(), "event": "install", "switch": name,
+                                 "deleted": len(delete), "added": len(add), "down_links": sorted(down)})
+
+    @set_ev_cls(ofp_event.EventOFPBarrierReply, MAIN_DISPATCHER)
+    def on_barrier(self, ev):
+        if self.plan is not None and ev.msg.xid in self.barriers:
+            self.fail_log.write({"t_ns": time.monotonic_ns(), "event": "installed",
+                                 "switch": self.barriers.pop(ev.msg.xid)})
+
+    def _fail_loop(self):
+        d = self.plan.detect
+        poll_s, hz = float(d["poll_s"]), float(d["probe_hz"])
+        next_poll = next_probe = time.monotonic()
+        tick = min(poll_s or 1.0, 1.0 / hz if hz else 1.0, 0.05)
+        while True:
+            now = time.monotonic()
+            if poll_s and now >= next_poll:
+                for dp in list(self.datapaths.values()):
+                    dp.send_msg(dp.ofproto_parser.OFPPortDescStatsRequest(dp, 0))
+                next_poll = now + poll_s
+            if hz and now >= next_probe:
+                self._send_probes()
+                next_probe = max(next_probe + 1.0 / hz, now)
+            changed = False
+            for (name, port), gray, lost, judged in self.probes.update(time.monotonic_ns(), self.plan.probe_receiver):
+                link = self.plan.probe_dirs[(name, port)]
+                self.fail_log.write({"t_ns": time.monotonic_ns(), "event": "gray" if gray else "gray_clear",
+                                     "switch": name, "port": port, "link": link, "lost": lost, "judged": judged,
+                                     "via": "probes"})
+                changed = True
+            if changed:
+                self.down_gray = {self.plan.probe_dirs[d] for d in self.probes.bad}
+                self._recompute("probes")
+            hub.sleep(tick)
+
+    def _send_probes(self):
+        t = time.monotonic_ns()
+        for name, v in self.switches.items():  # each switch's control channel: out and straight back
+            dp = self.datapaths.get(v["dpid"])
+            if dp is None:
+                continue
+            ofp, parser = dp.ofproto, dp.ofproto_parser
+            self.probe_seq += 1
+            dp.send_msg(parser.OFPPacketOut(dp, buffer_id=ofp.OFP_NO_BUFFER, in_port=ofp.OFPP_CONTROLLER,
+                                            actions=[parser.OFPActionOutput(ofp.OFPP_CONTROLLER, ofp.OFPCML_NO_BUFFER)],
+                                            data=lldp_frame(v["dpid"], 0, self.probe_seq)))
+            self.probes.sent_probe(("self", name), self.probe_seq, t)
+        for (name, port), _link in self.plan.probe_dirs.items():
+            dpid = self.switches[name]["dpid"]
+            dp = self.datapaths.get(dpid)
+            if dp is None:
+                continue
+            ofp, parser = dp.ofproto, dp.ofproto_parser
+            self.probe_seq += 1
+            dp.send_msg(parser.OFPPacketOut(dp, buffer_id=ofp.OFP_NO_BUFFER, in_port=ofp.OFPP_CONTROLLER,
+                                            actions=[parser.OFPActionOutput(port)],
+                                            data=lldp_frame(dpid, port, self.probe_seq)))
+            self.probes.sent_probe((name, port), self.probe_seq, t)
+            self.probes_sent += 1
 
     @set_ev_cls(ofp_event.EventOFPStateChange, DEAD_DISPATCHER)
     def on_dead(self, ev):
@@ -166,6 +353,13 @@ class ZlabRoutes(BaseApp):
                                  "dst": self.by_dpid.get(msg.datapath.id), "dst_port": msg.match["in_port"]})
             return
         src_dpid, src_port = got
+        if self.plan is not None:
+            seq = probe_seq(msg.data)
+            if seq is not None:  # a link probe came across its cable (port 0: a control-channel self-probe)
+                src = self.by_dpid.get(src_dpid)
+                self.probes.got_probe(("self", src) if src_port == 0 else (src, src_port), seq)
+                self.probes_back += 1
+                return
         self.lldp_log.write({"t_ns": time.time_ns(), "src_dpid": src_dpid, "src_port": src_port,
                              "src": self.by_dpid.get(src_dpid), "dst_dpid": msg.datapath.id,
                              "dst": self.by_dpid.get(msg.datapath.id), "dst_port": msg.match["in_port"]})

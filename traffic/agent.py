@@ -88,6 +88,19 @@ class Connection:
         self.qp_pacer = Pacer(cc.rate_bps, 2 * 9018, 0) if cc else None
         self.posted = 0
         self.completed = 0
+        self.home = (src.spec.name, dst.spec.name)  # the ports it was opened on
+        self.progress_ns = 0  # last acknowledgement progress (or release onto an idle QP)
+        self.stalls: list[tuple[int, int]] = []  # (last progress, resumed) gaps longer than the agent's stall_ns
+        self.alt: tuple[str, str] | None = None  # alternate (source port, destination port): APM
+        self.timeouts_mark = 0  # requester timeouts at the last progress
+        self.migrations: list[int] = []  # when the QP moved to its alternate path
+
+    def rebuild(self, src: "NicPort", dst: "NicPort") -> None:
+        """Move the QP pair to other ports (RoCE's automatic path migration): new headers both
+        ways, same QPNs and PSN state, so go-back-N resumes from the oldest unacknowledged PSN."""
+        self.src, self.dst = src, dst
+        self.req.b = roce.FrameBuilder(src.endpoint(), dst.endpoint(), self.sport, self.resp_qpn)
+        self.resp.b = roce.FrameBuilder(dst.endpoint(), src.endpoint(), self.sport, self.req_qpn)
 
 
 _BLOCK = bytes((i * 131 + (i >> 8) * 7) & 0xFF for i in range(4099))  # 4099: prime, so no 4 KB period
@@ -105,9 +118,13 @@ def message_data(msg_id: int, size: int) -> bytes:
 
 class Agent:
     def __init__(self, on_record=None, pace_fraction: float = 1.0, rc_opts: dict | None = None,
-                 socket_buffer_bytes: int = 8 << 20):
+                 socket_buffer_bytes: int = 8 << 20, stall_ns: int | None = None, apm_timeouts: int | None = None):
         """on_record: called with each completed message's record (the caller decides where
-        records go; the traffic core writes no files of its own)."""
+        records go; the traffic core writes no files of its own). stall_ns: record a QP's
+        acknowledgement gaps longer than this (failure recovery times). apm_timeouts: a QP with an
+        alternate path moves to it after this many timeouts without progress."""
+        self.stall_ns = stall_ns
+        self.apm_timeouts = apm_timeouts
         self.ports: dict[str, NicPort] = {}
         self.conns: list[Connection] = []
         self.on_record = on_record
@@ -144,6 +161,28 @@ class Agent:
         self.conns.append(conn)
         return conn
 
+    def set_alternate(self, conn: Connection, src: str, dst: str) -> None:
+        """The QP's alternate path (ports already added): where APM moves it."""
+        if src not in self.ports or dst not in self.ports:
+            raise KeyError(f"alternate ports {src}, {dst}: add them first")
+        conn.alt = (src, dst)
+
+    def _migrate(self, conn: Connection, now: int) -> None:
+        old_src, old_dst = conn.src, conn.dst
+        new_src, new_dst = self.ports[conn.alt[0]], self.ports[conn.alt[1]]
+        old_src.requesters.remove(conn)
+        old_src.by_req_qpn.pop(conn.req_qpn, None)
+        old_dst.by_resp_qpn.pop(conn.resp_qpn, None)
+        conn.rebuild(new_src, new_dst)
+        new_src.requesters.append(conn)
+        new_src.by_req_qpn[conn.req_qpn] = conn
+        new_dst.by_resp_qpn[conn.resp_qpn] = conn
+        conn.alt = (old_src.spec.name, old_dst.spec.name)  # back again if this path fails too
+        req = conn.req
+        req.next_psn, req.rto_ns, req.last_progress_ns = req.una, req.rto_base_ns, now
+        conn.timeouts_mark = req.c.timeouts
+        conn.migrations.append(now)
+
     def post(self, conn: Connection, size_bytes: int, at_ns: int | None = None, meta: dict | None = None,
              data: bytes | None = None) -> Message:
         """Schedule a message at CLOCK_MONOTONIC time at_ns (None: now). Cheap: the payload is
@@ -177,11 +216,14 @@ class Agent:
                     _, _, conn, msg = heapq.heappop(self._schedule)
                     if msg.data is None:
                         msg.data = message_data(msg.msg_id, msg.size_bytes)
+                    if conn.req.idle():
+                        conn.progress_ns = now
                     conn.req.post(msg, now)
                 if now >= next_timer:
                     for c in self.conns:
-                        if not c.req.idle():
-                            c.req.on_timer(now)
+                        if not c.req.idle() and c.req.on_timer(now) and c.alt is not None and \
+                                self.apm_timeouts and c.req.c.timeouts - c.timeouts_mark >= self.apm_timeouts:
+                            self._migrate(c, now)
                     next_timer = now + TIMER_TICK_NS
                     if progress:
                         progress(self)
@@ -276,8 +318,14 @@ class Agent:
                     port.stats.malformed["unknown QP"] = port.stats.malformed.get("unknown QP", 0) + 1
                     continue
                 n_rtt = len(conn.req.rtt_samples_ns)
+                una = conn.req.una
                 for msg in conn.req.on_ack(p.aeth[0], p.psn, now):
                     self._complete(conn, msg)
+                if conn.req.una != una:
+                    if self.stall_ns is not None and now - conn.progress_ns > self.stall_ns:
+                        conn.stalls.append((conn.progress_ns, now))
+                    conn.progress_ns = now
+                    conn.timeouts_mark = conn.req.c.timeouts
                 if conn.cc is not None:
                     for rtt in conn.req.rtt_samples_ns[n_rtt:]:
                         conn.cc.on_rtt(rtt)
@@ -305,6 +353,7 @@ class Agent:
             "t_complete_ns": msg.t_complete_ns,
             "integrity_ok": bool(got and got.ok and got.crc == msg.data_crc and got.received_bytes == msg.size_bytes),
             "qp_retransmits": conn.req.c.retransmits, "qp_naks": conn.req.c.naks, "qp_timeouts": conn.req.c.timeouts,
+            "qp_migrations": len(conn.migrations),
             "clock": "CLOCK_MONOTONIC", **msg.meta,
         }
         self.done.append(rec)
@@ -322,7 +371,9 @@ class Agent:
 
         return {
             "qps": [{"qp": c.cid, "src": c.src.spec.name, "dst": c.dst.spec.name, "sport": c.sport,
-                     "requester": qp(c.req.c), "responder": qp(c.resp.c)} for c in self.conns],
+                     "requester": qp(c.req.c), "responder": qp(c.resp.c), "home": list(c.home), "rto_min_ns": c.req.rto_min_ns, "stalls_ns": c.stalls,
+                     "migrations_ns": c.migrations, "open_since_ns": None if c.req.idle() else c.progress_ns}
+                    for c in self.conns],
             "ports": {n: vars(p.stats) for n, p in self.ports.items()},
             "agent_cpu_s": self.cpu_s,
             "loop_stalls": {"count": len(self.loop_gaps), "max_ns": max((g for g, _ in self.loop_gaps), default=0),

@@ -140,6 +140,20 @@ def dump_flows(switch: str) -> dict[tuple, int]:
     return out
 
 
+_BUCKET = re.compile(r"bucket(\d+):packet_count=(\d+)")
+
+
+def dump_group_buckets(switch: str) -> dict[tuple[int, int], int]:
+    """{(group id, bucket index): packets} — which bucket of a fast-failover group forwarded."""
+    out = {}
+    for line in run(["ovs-ofctl", "-O", "OpenFlow13", "dump-group-stats", switch]).splitlines():
+        m = re.search(r"group_id=(\d+)", line)
+        if m:
+            for b, n in _BUCKET.findall(line):
+                out[(int(m.group(1)), int(b))] = int(n)
+    return out
+
+
 def settled_flows(switches: list[str], timeout_s: float = 6.0) -> dict[str, dict]:
     """OVS pushes datapath counters to OpenFlow entries lazily (revalidators, ~0.5-1 s):
     poll until two snapshots 0.6 s apart agree."""
@@ -182,19 +196,30 @@ class PathProof:
         return sorted(self.model) == sorted(self.observed)
 
 
-def prove_path(live: LiveRun, src_port: str, dst: str, sport: int = 49152, count: int = 20) -> PathProof:
-    """Send `count` UDP probes and read which switch entries counted them all."""
+def prove_path(live: LiveRun, src_port: str, dst: str, sport: int = 49152, count: int = 20,
+               tables=None) -> PathProof:
+    """Send `count` UDP probes and read which switch entries counted them all. tables: the
+    model's tables to compare with (default the healthy ones; a failed fabric's degraded ones)."""
     fab = live.fabric
-    model = route(fab, src_port, dst, sport=sport)
+    model = route(fab, src_port, dst, sport=sport, tables=tables)
     switches = [sw.name for sw in fab.switches]
     before = settled_flows(switches)  # earlier traffic may still be reaching the counters
+    groups_before = {sw: dump_group_buckets(sw) for sw in switches}
     send_udp(live, src_port, model.dst_ip, sport, count)
     after = settled_flows(switches)
     observed = []
     for sw in switches:
         for key, n in after[sw].items():
-            if n - before[sw].get(key, 0) >= count and key[2].startswith("output:"):
+            if n - before[sw].get(key, 0) < count:
+                continue
+            if key[2].startswith("output:"):
                 observed.append((sw, int(key[2].split(":")[1].split(",")[0])))
+            elif key[2].startswith("group:"):  # a fast-failover group: the bucket that counted says the port
+                gid = int(key[2].split(":")[1].split(",")[0])
+                now = dump_group_buckets(sw)
+                for b, port in ((0, gid >> 16), (1, gid & 0xFFFF)):
+                    if now.get((gid, b), 0) - groups_before[sw].get((gid, b), 0) >= count:
+                        observed.append((sw, port))
     hops = [(h.switch, h.out_port) for h in model.hops]
     observed.sort(key=lambda x: hops.index(x) if x in hops else len(hops))
     return PathProof(src_port, model.dst_port, sport, hops, observed)

@@ -85,3 +85,10 @@ def update(path: Path, **fields) -> None:
     data = json.loads((path / "run.json").read_text())
     data.update(fields)
     write_json(path / "run.json", data)
+
+
+def update_json(path: Path, **fields) -> None:
+    """Add fields to a JSON object file (a missing file starts empty)."""
+    data = json.loads(path.read_text()) if path.exists() else {}
+    data.update(fields)
+    write_json(path, data)

@@ -42,7 +42,7 @@ class LiveFabric:
     def __init__(self, fabric: Fabric | str, cfg: EmulationConfig = EmulationConfig(), results_dir: str = "results",
                  run_id: str | None = None, miswire: str | None = None, check_reachability: bool = True,
                  log=print, table_timeout_s: float = 120.0, stats_interval_s: float = 1.0,
-                 lldp_interval_s: float = 1.0):
+                 lldp_interval_s: float = 1.0, failplan: dict | None = None):
         self.fabric = build_fabric(fabric) if isinstance(fabric, str) else fabric
         self.cfg = cfg
         self.results_dir = results_dir
@@ -52,6 +52,7 @@ class LiveFabric:
         self.log = log
         self.table_timeout_s = table_timeout_s
         self.controller_args = ["--stats-interval", str(stats_interval_s), "--lldp-interval", str(lldp_interval_s)]
+        self.failplan = failplan  # failures.json, for the controller to read at start (failplan.py)
         self.timings_s: dict[str, float] = {}
         self.em = None
         self.controller = None
@@ -90,6 +91,8 @@ class LiveFabric:
         self.dir = runfolder.create(self.results_dir, self.run_id, fab,
                                     {"emulation": self.cfg.to_dict(), "miswire": self.miswire_spec})
         self.registry = Registry(self.run_id)
+        if self.failplan is not None:
+            write_json(self.dir / "failures.json", self.failplan)
         port = free_port()
         self.log(f"[zlab] run {self.run_id}: {fab.spec}")
         self.log(f"[zlab]   {fab.n_gpus} GPUs, {len(fab.switches)} switches, {len(fab.links)} links; rate_scale "
@@ -145,7 +148,9 @@ class LiveFabric:
 
     def expected_flow_counts(self) -> dict[str, int]:
         flows = json.loads((self.dir / "flows.json").read_text())
-        return {name: len(v["entries"]) + 2 for name, v in flows["switches"].items()}
+        ff = (self.failplan or {}).get("fast_failover", {}).get("switches", {})
+        return {name: len(v["entries"]) + 2 + len(ff.get(name, {}).get("transit", []))
+                for name, v in flows["switches"].items()}
 
     def installed_counts(self) -> dict[str, int]:
         out = {}

@@ -8,12 +8,14 @@ gets its resolved form once, as experiment.json).
 
 from __future__ import annotations
 
+import random
 from dataclasses import dataclass, field
 
 import numpy as np
 
 from traffic import kvmodel, roce, traces, workload
 
+from ..emulation import failplan
 from ..emulation.config import EmulationConfig, scaled_rate_bps
 from ..errors import UserInputError
 from ..fabric import Fabric, build_fabric
@@ -47,6 +49,7 @@ class Repeat:
     seed: int
     plan: workload.Plan
     messages: list[Message]
+    qps: dict = field(default_factory=dict)  # (source port, destination port) -> UDP source port (ECMP entropy)
 
 
 @dataclass
@@ -59,6 +62,7 @@ class FabricRun:
     repeats: list[Repeat]
     split: str | None  # port-split policy given to the kind (None: the kind has one port per GPU)
     figures: dict = field(default_factory=dict)  # the dry-run figures (of repeat 0)
+    failplan: dict | None = None  # failures.json: the failure schedule resolved on this fabric (failplan.py)
 
     @property
     def plan(self) -> workload.Plan:
@@ -80,7 +84,9 @@ class FabricRun:
                 "scaling": {"rate_scale": self.plan.scaling.rate_scale, "size_scale": self.plan.scaling.size_scale,
                             "dilation": self.plan.scaling.dilation, "load_factor": self.plan.scaling.load_factor},
                 "plan": self.plan.summary(), "figures": self.figures,
-                "repeats": [{"index": r.index, "seed": r.seed, "messages": len(r.messages)} for r in self.repeats]}
+                "repeats": [{"index": r.index, "seed": r.seed, "messages": len(r.messages)} for r in self.repeats],
+                "failures": None if self.failplan is None else {
+                    k: self.failplan[k] for k in ("recovery", "policy", "steps")}}
 
 
 @dataclass
@@ -106,9 +112,36 @@ def resolve(spec: dict) -> Experiment:
     _user(model.kv_bytes_per_token, "workload.model")
     times = kvmodel.TimeModel(w["prefill_overhead_s"], w["prefill_tokens_per_s"], w["first_decode_step_s"])
     fabrics = {}
+    f = spec["failures"]
+    for section in ("events", "recovery"):
+        unknown = sorted(set(f[section]) - set(spec["fabrics"]))
+        if unknown:
+            raise ExperimentSpecError(f"spec error at failures.{section}: {', '.join(unknown)} is not a fabric of this "
+                                      f"spec (fabrics: {', '.join(spec['fabrics'])})")
     for label, fabric_spec in spec["fabrics"].items():
         fabrics[label] = _resolve_fabric(spec, label, fabric_spec, trace, model, times)
+        fabrics[label].failplan = _failplan(spec, fabrics[label])
     return Experiment(spec, fabrics)
+
+
+def _failplan(spec: dict, fr: FabricRun) -> dict | None:
+    f = spec["failures"]
+    events = f["events"].get(fr.label)
+    if not events:
+        return None
+    horizon = fr.plan.horizon_s
+    late = [e for e in events if e["at_emulated_s"] >= horizon]
+    if late:
+        raise ExperimentSpecError(f"spec error at failures.events.{fr.label}: an event at {late[0]['at_emulated_s']} s "
+                                  f"is after the last transfer is posted ({horizon:.2f} emulated s): it would hit an "
+                                  f"idle fabric")
+    events = [dict(e, target=_busiest(fr, e["at_emulated_s"]) if e["target"] == "cable:busiest" else e["target"])
+              for e in events]
+    detect = {k: f[k] for k in ("probe_hz", "probe_window", "probe_min_lost", "probe_timeout_s", "poll_s")}
+    try:
+        return failplan.document(fr.fabric, events, f["recovery"].get(fr.label, "controller"), detect, fr.label)
+    except failplan.FailurePlanError as exc:
+        raise ExperimentSpecError(f"spec error at {exc}") from None
 
 
 def _user(fn, where: str):
@@ -151,10 +184,48 @@ def _resolve_fabric(spec: dict, label: str, fabric_spec: str, trace, model, time
             scheduler=d["scheduler"], offered_load=w.get("offered_load"), load_factor=w.get("load_factor"),
             start_index=w["start_index"], requests=w["requests"], prefix_reuse=w["prefix_reuse"], seed=seed),
             f"workload/deployment ({where})")
-        repeats.append(Repeat(k, seed, plan, _messages(fab, plan, split)))
+        msgs = _messages(fab, plan, split)
+        repeats.append(Repeat(k, seed, plan, msgs, _qps(msgs, seed)))
     fr = FabricRun(label, fab, cfg, repeats, split)
     fr.figures = _figures(fr, d["path_mtu"])
     return fr
+
+
+def _busiest(fr: FabricRun, t_s: float) -> str:
+    """`cable:busiest`: the switch-to-switch cable with the most bytes of repeat 0 in flight at
+    the event's time, by the plan's schedule (each NIC port sends its messages FIFO at line rate
+    from their post times: the dry run's lower bound); with nothing in flight then, the cable the
+    most QPs cross. Lowest id on a tie. A failure that is sure to hit traffic, whatever the names."""
+    fab, rep, plan = fr.fabric, fr.repeats[0], fr.repeats[0].plan
+    keys = list(rep.qps)
+    port = {p.name: p for p in fab.ports[: fab.n_gpus * fab.ports_per_gpu]}
+    w = walk(fab, [port[s].id for s, _ in keys], [port[d].id for _, d in keys], [rep.qps[k] for k in keys])
+    crossed = {k: {int(d) // 2 for d in row if d >= 0} for k, row in zip(keys, w.dlinks)}
+    qp_count = np.zeros(len(fab.links), dtype=np.int64)
+    in_flight = np.zeros(len(fab.links), dtype=np.float64)
+    for k in keys:
+        qp_count[list(crossed[k])] += 1
+    busy_until: dict[str, float] = {}
+    for m in sorted(rep.messages, key=lambda m: plan.transfers[m.transfer].t_post_s):
+        rate = scaled_rate_bps(port[m.src_port].rate_bps, fr.emulation)
+        start = max(plan.transfers[m.transfer].t_post_s, busy_until.get(m.src_port, 0.0))
+        end = busy_until[m.src_port] = start + m.size_bytes * 8 / rate
+        if start <= t_s < end:
+            in_flight[list(crossed[(m.src_port, m.dst_port)])] += (end - t_s) * rate / 8
+    fabric_links = [l.id for l in fab.links if all(fab.nodes[fab.ports[p].node].role == "switch" for p in (l.a, l.b))]
+    best = max(fabric_links, key=lambda l: (in_flight[l], qp_count[l], -l))
+    return f"cable:{fab.ports[fab.links[best].a].name}"
+
+
+def _qps(messages: list[Message], seed: int) -> dict:
+    """One QP per port pair, its UDP source port drawn from the repeat's seed in message order."""
+    rng = random.Random(seed)
+    qps = {}
+    for m in messages:
+        key = (m.src_port, m.dst_port)
+        if key not in qps:
+            qps[key] = rng.randrange(49152, 65536)
+    return qps
 
 
 def _messages(fab: Fabric, plan: workload.Plan, split: str | None) -> list[Message]:

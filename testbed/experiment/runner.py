@@ -12,7 +12,6 @@ from __future__ import annotations
 
 import datetime as dt
 import os
-import random
 import signal
 import subprocess
 import sys
@@ -22,10 +21,12 @@ from pathlib import Path
 
 from traffic.agent import Agent
 
-from ..emulation import losses, runfolder
+from ..emulation import failplan, losses, runfolder
+from ..fabric import failures
 from ..emulation.agents import port_spec
 from ..emulation.calibrate import iperf3_udp
-from ..emulation.probes import LiveRun
+from ..emulation.config import LabFailure
+from ..emulation.probes import LiveRun, prove_path
 from ..emulation.up import LiveFabric
 from ..records import JsonLines, read_json, read_jsonl, write_json
 from .resolve import Experiment, FabricRun, Repeat
@@ -59,7 +60,8 @@ def run_fabric(exp: Experiment, fr: FabricRun, root: Path, log=print, bar=None) 
     """Bring the fabric up once, calibrate, replay every repeat, tear down."""
     fab, m = fr.fabric, exp.measurement
     with LiveFabric(fab, fr.emulation, results_dir=str(root), run_id=fr.label, log=log,
-                    stats_interval_s=m["controller_stats_interval_s"], lldp_interval_s=m["lldp_interval_s"]) as lf:
+                    stats_interval_s=m["controller_stats_interval_s"], lldp_interval_s=m["lldp_interval_s"],
+                    failplan=fr.failplan) as lf:
         live = LiveRun(lf.dir)
         calib = None
         if m["calibrate"]:
@@ -122,11 +124,14 @@ def replay(exp: Experiment, fr: FabricRun, rep: Repeat, lf: LiveFabric, live: Li
         stderr=open(raw / "collector.log", "w"), preexec_fn=lambda: os.nice(COLLECTOR_NICE))
     lf.registry.process(collector.pid, "collector")
     records = JsonLines(raw / "transfers.jsonl")
-    agent = Agent(records.write, socket_buffer_bytes=spec["emulation"]["agent_socket_buffer_bytes"])
+    fp, fs = fr.failplan, spec["failures"]
+    agent = Agent(records.write, socket_buffer_bytes=spec["emulation"]["agent_socket_buffer_bytes"],
+                  stall_ns=int(fs["stall_emulated_s"] * 1e9) if fp else None,
+                  apm_timeouts=fs["apm_timeouts"] if fp and fp["recovery"] in ("host", "both") else None)
+    injector = None
     status = "incomplete"
     label = f"{fr.label} {rep.index + 1}/{len(fr.repeats)}"
     try:
-        rng = random.Random(rep.seed)  # this repeat's QP source ports: its ECMP entropy
         conns, queue = {}, []
         for msg in rep.messages:
             t = plan.transfers[msg.transfer]
@@ -134,8 +139,13 @@ def replay(exp: Experiment, fr: FabricRun, rep: Repeat, lf: LiveFabric, live: Li
             if key not in conns:
                 agent.add_port(port_spec(live, msg.src_port))
                 agent.add_port(port_spec(live, msg.dst_port))
-                conns[key] = agent.connect(msg.src_port, msg.dst_port, rng.randrange(49152, 65536),
-                                           spec["deployment"]["path_mtu"])
+                conns[key] = agent.connect(msg.src_port, msg.dst_port, rep.qps[key], spec["deployment"]["path_mtu"])
+                alt = failures.alternate(fab, msg.src_port, msg.dst_port) if fp and fp["recovery"] in ("host", "both") \
+                    else None
+                if alt is not None:
+                    agent.add_port(port_spec(live, alt[0]))
+                    agent.add_port(port_spec(live, alt[1]))
+                    agent.set_alternate(conns[key], *alt)
             queue.append((conns[key], msg, t))
         drops_before = losses.snapshot(live, _vswitchd_pid())
         # t0 only after all set-up work, so no transfer is released late in a burst
@@ -144,6 +154,8 @@ def replay(exp: Experiment, fr: FabricRun, rep: Repeat, lf: LiveFabric, live: Li
             agent.post(conn, msg.size_bytes, at_ns=t0 + int(t.t_post_s * 1e9),
                        meta={"req": t.req, "shard": t.shard, "real_bytes": msg.real_bytes})
         write_json(raw / "run_clock.json", {"t0_ns": t0, "messages": len(queue)})
+        if fp:
+            injector = _start_injector(lf, t0, raw)
         if bar is not None:
             bar.reset(total=len(queue))
             bar.set_description(label)
@@ -160,10 +172,18 @@ def replay(exp: Experiment, fr: FabricRun, rep: Repeat, lf: LiveFabric, live: Li
             finished = agent.run(deadline_ns=deadline, progress=progress)
         progress(agent)
         status = "complete" if finished else "timeout"
+        if fp and rep.index == 0:
+            _verify_paths(fr, live, agent, raw, log)
         after = losses.snapshot(live, _vswitchd_pid())
         write_json(raw / "drops.json", {"before": drops_before, "after": after,
                                         "delta": losses.delta(drops_before, after)})
     finally:
+        stop_error = None
+        if injector is not None:
+            try:
+                _stop_injector(injector, raw, lf, log)
+            except LabFailure as exc:  # raised once everything of the repeat is recorded
+                stop_error = exc
         collector.send_signal(signal.SIGTERM)
         try:
             collector.wait(timeout=10)
@@ -173,8 +193,71 @@ def replay(exp: Experiment, fr: FabricRun, rep: Repeat, lf: LiveFabric, live: Li
         write_json(raw / "counters.json", agent.counters())
         agent.close()
         records.close()
+        runfolder.update_json(raw / "run_clock.json", t_end_ns=time.monotonic_ns())
         log(f"[zlab]   {label}: {len(agent.done)}/{sum(c.posted for c in agent.conns)} messages completed ({status})")
+        if stop_error is not None:
+            raise stop_error
     return status
+
+
+def _start_injector(lf: LiveFabric, t0: int, raw: Path) -> subprocess.Popen:
+    p = subprocess.Popen([sys.executable, "-m", "testbed.emulation.inject", str(lf.dir), str(t0),
+                          str(raw / "injections.jsonl"), lf.registry.run_id],
+                         stderr=open(raw / "injector.log", "w"), preexec_fn=lambda: os.nice(COLLECTOR_NICE))
+    lf.registry.process(p.pid, "injector")
+    return p
+
+
+def _stop_injector(p: subprocess.Popen, raw: Path, lf: LiveFabric, log) -> None:
+    """Stop the injector (it restores every link and removes its loss rules), then wait until the
+    controller has seen the fabric healthy again, so the next repeat starts from the same state."""
+    p.send_signal(signal.SIGTERM)
+    try:
+        p.wait(timeout=30)
+    except subprocess.TimeoutExpired:
+        p.kill()
+        raise LabFailure("the failure injector did not stop in 30 s", str(raw / "injector.log"))
+    recs = read_jsonl(raw / "injections.jsonl")
+    errors = [r["error"] for r in recs if r["action"] == "error"] + [e for r in recs if r["action"] == "restore"
+                                                                       for e in r.get("errors", [])]
+    if errors:
+        raise LabFailure(f"failure injection failed: {errors[0]}", str(raw / "injections.jsonl"))
+    deadline = time.monotonic() + 30
+    log_path = lf.dir / "controller" / "failures.jsonl"
+    while True:
+        states = [r for r in read_jsonl(log_path) if r["event"] == "state"] if log_path.exists() else []
+        if not states or not states[-1]["down_links"]:
+            return
+        if time.monotonic() > deadline:
+            raise LabFailure(f"after the failures were undone the controller still sees cables "
+                             f"{states[-1]['down_links']} down (30 s)", str(log_path))
+        time.sleep(0.2)
+
+
+def _verify_paths(fr: FabricRun, live: LiveRun, agent: Agent, raw: Path, log, most: int = 3) -> None:
+    """While the last failure state still holds: prove from switch counters that a few QPs the
+    failure hit now take exactly the model's degraded path, from the ports they use now (host
+    recovery moves a QP to its GPU's other port; the model's failover does the same)."""
+    fab, fp = fr.fabric, fr.failplan
+    final = fp["steps"][-1]["state"]
+    if not final:
+        return
+    state = failplan.state_for(fp, final)
+    flows = [(c.home[0], c.home[1], c.sport) for c in agent.conns]
+    hit = [c for c, x in zip(agent.conns, failures.crossing(fab, flows, final)) if x]
+    tables = failplan.degraded_tables(fab, fp, state)
+    out = []
+    for c in hit[:most]:
+        src, dst = c.src.spec.name, c.dst.spec.name  # where the QP is now (host recovery may have moved it)
+        try:
+            proof = prove_path(live, src, dst, sport=c.sport, tables=tables)
+            out.append(proof.__dict__ | {"ok": proof.ok, "qp": c.cid})
+        except LookupError as exc:  # the model says this pair has no path in this state
+            out.append({"qp": c.cid, "src": src, "dst": dst, "sport": c.sport, "ok": None, "no_path": str(exc)})
+    write_json(raw / "verify_paths.json", {"state": state["failures"], "qps_hit": len(hit), "proofs": out})
+    ok = sum(1 for r in out if r["ok"])
+    log(f"[zlab]   verify-paths after recovery ({state['failures']}): {ok}/{len(out)} QPs the failure hit take the "
+        f"model's path")
 
 
 def run_experiment(exp: Experiment, results_dir: str = "results", run_id: str | None = None, log=print,

@@ -38,6 +38,20 @@ def _section(**props):
     return {"type": "object", "additionalProperties": False, "properties": props, "default": {}}
 
 
+FAILURE_EVENT = {
+    "type": "object", "additionalProperties": False, "required": ["at_emulated_s", "action", "target"],
+    "properties": {
+        # emulated seconds after the replay's start (x 1/dilation = real seconds)
+        "at_emulated_s": {"type": "number", "minimum": 0},
+        "action": {"enum": ["down", "up", "gray", "flap"]},
+        "target": {"type": "string", "pattern": "^(cable|switch):.+"},  # as in zlab load --fail
+        "loss_percent": {"type": "number", "exclusiveMinimum": 0, "exclusiveMaximum": 100},  # gray only
+        "duration_emulated_s": {"type": "number", "exclusiveMinimum": 0},  # gray: cleared after this long
+        "period_emulated_s": {"type": "number", "exclusiveMinimum": 0},  # flap: one down + up cycle
+        "count": {"type": "integer", "minimum": 1},  # flap: cycles
+    },
+}
+
 DEFAULT_FABRICS = {"zcube": "zcube:n=4,gpus_per_server=4", "roft": "roft:gpus=16,gpus_per_server=4,segments=2"}
 
 SCHEMA = {
@@ -101,6 +115,22 @@ SCHEMA = {
             controller_stats_interval_s=_n(5.0, 0),
             # 0: no LLDP during replays (it is the cabling check's, and a GPU's kernel drops it)
             lldp_interval_s=_n(0, 0, False)),
+        # timed failures injected during every replay (fabric label -> events), and how each fabric recovers
+        "failures": _section(
+            events={"type": "object", "default": {}, "additionalProperties": {"type": "array", "items": FAILURE_EVENT}},
+            # fabric label -> controller | fast-failover | host | both | none (a fabric not named: controller)
+            recovery={"type": "object", "default": {},
+                      "additionalProperties": {"enum": ["controller", "fast-failover", "host", "both", "none"]}},
+            # the controller's failure detection: port status always; these set its link probes (gray failures)
+            probe_hz=_n(10.0, 0),  # probes per second per switch-to-switch cable direction
+            probe_window=_n(10, 1, False, integer=True),  # a direction's last N probes...
+            probe_min_lost=_n(3, 1, False, integer=True),  # ...of which this many lost = gray (routed around)
+            probe_timeout_s=_n(1.5, 0),  # a probe not back by then is lost (emulated queues can be deep)
+            poll_s=_n(0.1, 0),  # the controller's port-state poll (confirms port-status messages)
+            # host recovery: a QP moves to its GPU's other port after this many timeouts without progress
+            apm_timeouts=_n(1, 1, False, integer=True),
+            # agent: a QP whose acknowledgements stop this long while data is outstanding records a stall
+            stall_emulated_s=_n(0.05, 0)),
     },
 }
 

@@ -20,7 +20,7 @@ import numpy as np
 from .kinds import kind_of
 from .model import Fabric
 from .params import SpecError
-from .paths import forwarding_tables
+from .paths import dst_address, forwarding_tables, walk
 from .tables import Tables, port_peer
 
 
@@ -226,3 +226,27 @@ def single_failures(fab: Fabric, what: str = "all") -> list[Failures]:
     if what in ("switches", "all"):
         out += [Failures(switches=frozenset([s.id])) for s in fab.switches]
     return out
+
+
+def crossing(fab: Fabric, flows: list[tuple[str, str, int]], links, tables=None) -> list[bool]:
+    """Per (source port, destination port, UDP source port): does its path (healthy tables unless
+    given) cross any of `links`? The model's answer to 'which QPs does this failure hit'."""
+    if not flows:
+        return []
+    port = {p.name: p.id for p in fab.ports[: fab.n_gpus * fab.ports_per_gpu]}
+    w = walk(fab, [port[s] for s, _, _ in flows], [port[d] for _, d, _ in flows], [sp for _, _, sp in flows],
+             tables=tables)
+    wanted = set(int(x) for x in links)
+    return [any(int(d) // 2 in wanted for d in row if d >= 0) for row in w.dlinks]
+
+
+def alternate(fab: Fabric, src_port: str, dst_port: str) -> tuple[str, str] | None:
+    """The QP's other path for host failover: the GPU's other port, and the destination's
+    address for that port's role (ZCube: cons -> rail, rail -> cons). None: one port per GPU."""
+    if fab.ports_per_gpu < 2:
+        return None
+    port = {p.name: p for p in fab.ports[: fab.n_gpus * fab.ports_per_gpu]}
+    s, d = port[src_port], port[dst_port]
+    other = next(p for p in fab.ports[: fab.n_gpus * fab.ports_per_gpu] if p.node == s.node and p.id != s.id)
+    da = int(dst_address(fab, s.node, other.role, d.node))
+    return other.name, fab.ports[da].name

@@ -63,6 +63,7 @@ class FabricKind:
     repair_policies: tuple[str, ...] = ("withdraw",)
     failover_policies: tuple[str, ...] = ()
     repair: Callable | None = None
+    controller_policy: str | None = None  # the policy a rerouting controller installs (None: the first)
 
     def param(self, name: str) -> Param:
         for p in self.params:

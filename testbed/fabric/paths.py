@@ -122,7 +122,7 @@ def walk(fab: Fabric, src_ports, dst_addrs, sport, max_hops: int = 8, tables: Ta
     return Walk(out, n_hops, dl)
 
 
-def route(fab: Fabric, src: str, dst: str, sport: int = 49152) -> Route:
+def route(fab: Fabric, src: str, dst: str, sport: int = 49152, tables: Tables | None = None) -> Route:
     """Path of one flow from GPU port `src` (interface name or IP) toward GPU `dst`.
 
     `dst` may be a GPU name (the address rule picks its port) or a GPU port's name or IP.
@@ -133,7 +133,7 @@ def route(fab: Fabric, src: str, dst: str, sport: int = 49152) -> Route:
         da = int(dst_address(fab, fab.ports[sp].node, fab.ports[sp].role, dst_gpu))
     else:
         da = gpu_port_ref(fab, dst)
-    w = walk(fab, [sp], [da], sport)
+    w = walk(fab, [sp], [da], sport, tables=tables)
     k = int(w.n_hops[0])
     if k < 0:
         raise LookupError(f"no route from {fab.ports[sp].name} to {fab.ports[da].name}: "

@@ -276,6 +276,6 @@ KIND = FabricKind(
     NAME, "ZCube(n,2): A/B switch groups in K(m,m), 2 NIC ports per GPU, no spine", PARAMS,
     build=build, tables=tables, expected_diameter=expected_diameter, dst_address=dst_address, split=split,
     split_policies=SPLITS, identity_checks=identity_checks, draw_row=draw_row,
-    repair_policies=REPAIR_POLICIES, failover_policies=("host", "both"), repair=repair,
+    repair_policies=REPAIR_POLICIES, failover_policies=("host", "both"), repair=repair, controller_policy="detour",
     row_labels={0: "GPUs", 1: "A (cons)", 2: "B (rail)"},
     draw_note="grey: cons port -> A and A-B fabric; red: rail port -> B")

@@ -8,6 +8,7 @@ only when (pid, start time) still match.
 from __future__ import annotations
 
 import json
+import subprocess
 
 from . import procs
 from .registry import RunRecord, load_runs
@@ -39,6 +40,13 @@ def clean_run(rec: RunRecord, dry_run: bool = False) -> list[str]:
             if not dry_run:
                 procs.terminate(r["pid"], r.get("started"))
             done.append(f"process {r['pid']} ({r.get('role', '?')})")
+    for r in rec.resources:  # loss rules before the links they hang on
+        if r["type"] == "nft-table":
+            present = subprocess.run(["nft", "list", "table", r["family"], r["name"]], capture_output=True).returncode == 0
+            if present:
+                if not dry_run:
+                    run(["nft", "delete", "table", r["family"], r["name"]])
+                done.append(f"nft table {r['family']} {r['name']}")
     names = {r["name"] for r in rec.resources if r["type"] == "ovs-bridge"}
     ours = names & _tagged_bridges(rec.run_id) if names else set()
     if ours:

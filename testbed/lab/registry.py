@@ -39,6 +39,17 @@ class Registry:
         me = os.getpid()
         self._write({"type": "owner", "pid": me, "started": procs.start_time(me), "t_ns": time.time_ns()})
 
+    @classmethod
+    def attach(cls, run_id: str) -> "Registry":
+        """The registry of a run another process of it owns (a helper records what it creates)."""
+        self = cls.__new__(cls)
+        self.run_id = run_id
+        self.path = runs_dir() / f"{run_id}.jsonl"
+        if not self.path.exists():
+            raise FileNotFoundError(f"no registry for run {run_id} at {self.path}")
+        self._fh = open(self.path, "a", encoding="utf-8")
+        return self
+
     def _write(self, rec: dict) -> None:
         self._fh.write(json.dumps(rec, sort_keys=True) + "\n")
         self._fh.flush()
@@ -53,6 +64,10 @@ class Registry:
 
     def netns(self, name: str) -> None:
         self._write({"type": "netns", "name": name})
+
+    def nft_table(self, name: str) -> None:
+        """An nftables netdev table (a gray failure's loss rule)."""
+        self._write({"type": "nft-table", "family": "netdev", "name": name})
 
     def process(self, pid: int, role: str) -> None:
         self._write({"type": "process", "pid": pid, "started": procs.start_time(pid), "role": role})

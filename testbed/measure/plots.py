@@ -162,3 +162,40 @@ def all_plots(datas: dict[str, list[FabricData]], tables: dict[str, list[dict]],
             completion_cdf(requests, out, "ttft_real_s", "ttft_cdf.png", "TTFT"),
             link_util_heatmap(first, out), nic_kv_bytes({lab: d[0] for lab, d in datas.items()}, first, out),
             link_bytes_scatter(pool("link_bytes"), out)]
+
+
+def failure_timeline(timelines: dict[str, dict], out: Path) -> str:
+    """Per fabric (repeat 0): each message's completion time at its post time (real ms, log
+    scale), the injected events and the controller's detections as vertical lines, and the
+    deepest detour-port queue (emulated bytes) underneath."""
+    plt = _plt()
+    labels = list(timelines)
+    fig, axes = plt.subplots(2 * len(labels), 1, figsize=(10, 4.2 * len(labels)), squeeze=False,
+                             gridspec_kw={"height_ratios": [3, 1] * len(labels)})
+    colours = {"down": "red", "gray": "purple", "up": "green", "clear": "green", "restore": "grey",
+               "detected": "orange", "healthy again": "teal"}
+    for i, lab in enumerate(labels):
+        tl = timelines[lab]
+        ax, axq = axes[2 * i, 0], axes[2 * i + 1, 0]
+        m = tl["messages"]
+        if not m.empty:
+            ax.scatter(m["t_post_s"], m["completion_real_s"] * 1e3, s=6, c=np.where(m["qp_migrations"] > 0, "C1", "C0")
+                       if "qp_migrations" in m else "C0")
+            ax.set_yscale("log")
+        seen = set()
+        for t, what, note in tl["marks"]:
+            for a in (ax, axq):
+                a.axvline(t, color=colours.get(what, "black"), lw=1, ls="--",
+                          label=what if a is ax and what not in seen else None)
+            seen.add(what)
+        ax.legend(fontsize=7, loc="upper right")
+        ax.set_title(f"{lab}: KV message completion vs post time, recovery '{tl['recovery']}' (repeat 0; "
+                     f"orange dots: QPs that migrated)", fontsize=9)
+        ax.set_ylabel("completion, real ms")
+        q = tl["detour_backlog"]
+        if len(q):
+            axq.plot(q.index, q.values / 1e3, lw=0.8, color="C3")
+        axq.set_ylabel("detour queue\nemulated KB")
+        axq.set_xlabel("emulated time since the replay's start (s)")
+        ax.set_xlim(axq.get_xlim())
+    return _save(fig, out, "failure_timeline.png")

@@ -11,7 +11,9 @@ from pathlib import Path
 
 from ..errors import RuntimeFailure, UserInputError
 from ..records import read_json, write_json
-from . import markdown, plots
+import pandas as pd
+
+from . import failures, markdown, plots
 from .metrics import comparison, fabric_summary, repeat_metrics
 from .tables import FabricData
 
@@ -67,6 +69,15 @@ def build(root: Path) -> dict:
     if len(labels) >= 2:
         metrics["comparison"] = comparison(per_fabric, labels[0], labels[1])
     made = plots.all_plots(datas, tables, root / "plots")
+    fail_rows = {lab: [row for fd in reps for row in failures.events(fd)] for lab, reps in datas.items()}
+    if any(fail_rows.values()):
+        metrics["failures"] = {lab: {"events": rows, "summary": failures.summary(rows)}
+                               for lab, rows in fail_rows.items() if rows}
+        pd.DataFrame([r for rows in fail_rows.values() for r in rows]).to_csv(root / "tables" / "failures.csv",
+                                                                             index=False)
+        made.append(plots.failure_timeline({lab: failures.timeline(reps[0], [r for r in fail_rows[lab]
+                                                                              if r["repeat"] == reps[0].repeat])
+                                            for lab, reps in datas.items() if fail_rows[lab]}, root / "plots"))
     write_json(root / "metrics.json", metrics, sort_keys=False)
     (root / "report.md").write_text(markdown.markdown(run, exp, metrics, made))
     return metrics

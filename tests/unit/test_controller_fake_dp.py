@@ -28,6 +28,11 @@ class FakeDatapath:
     def send_msg(self, msg):
         self.sent.append(msg)
 
+    def set_xid(self, msg):  # as os-ken's Datapath: a fresh transaction id per message
+        self.xid = getattr(self, "xid", 0) + 1
+        msg.set_xid(self.xid)
+        return self.xid
+
 
 class Event:
     def __init__(self, dp):
@@ -113,3 +118,161 @@ def test_app_refuses_a_foreign_flows_file(tmp_path, monkeypatch):
     monkeypatch.setattr(zlab_routes.hub, "spawn", lambda *a, **k: None)
     with pytest.raises(RuntimeError, match="unknown schema"):
         zlab_routes.ZlabRoutes()
+
+
+# ---- failures: detection, reroute by diff, fast-failover groups, link probes ----------------------
+
+from controllers.recovery import ProbeLoss, group_id  # noqa: E402
+from testbed.emulation import failplan  # noqa: E402
+
+DETECT = {"probe_hz": 10, "probe_window": 10, "probe_min_lost": 3, "probe_timeout_s": 1.5, "poll_s": 0.1}
+
+
+@pytest.fixture
+def failing_app(tmp_path, monkeypatch):
+    def make(spec, events, recovery="controller"):
+        fab = build_fabric(spec)
+        doc = failplan.document(fab, events, recovery, DETECT)
+        (tmp_path / "flows.json").write_text(json.dumps(flows_document(fab)))
+        (tmp_path / "failures.json").write_text(json.dumps(doc))
+        monkeypatch.setenv("ZLAB_RUN_DIR", str(tmp_path))
+        monkeypatch.setattr(zlab_routes.hub, "spawn", lambda *a, **k: None)
+        a = zlab_routes.ZlabRoutes()
+        dps = {}
+        for sw in fab.switches:
+            dps[sw.name] = FakeDatapath(sw.dpid)
+            a.on_features(Event(dps[sw.name]))
+        return fab, doc, a, dps
+    return make
+
+
+def apply_mods(table: dict, mods) -> dict:
+    """What a switch holds after the mods: (priority, match) -> out port (strict delete, add overwrites)."""
+    table = dict(table)
+    for m in mods:
+        if not isinstance(m, parser.OFPFlowMod) or m.priority in (0, 65000):
+            continue
+        f = dict(m.match.items())
+        if "ipv4_dst" not in f:
+            continue
+        dst, mask = f["ipv4_dst"] if isinstance(f["ipv4_dst"], tuple) else (f["ipv4_dst"], "255.255.255.255")
+        key = (m.priority, dst, mask, tuple(f["udp_src"]) if "udp_src" in f else None)
+        if m.command == ofp.OFPFC_DELETE_STRICT:
+            table.pop(key, None)
+        elif m.command == ofp.OFPFC_ADD:
+            (action,) = m.instructions[0].actions
+            table[key] = action.port if isinstance(action, parser.OFPActionOutput) else ("group", action.group_id)
+    return table
+
+
+def as_table(entries) -> dict:
+    return {(e["priority"], e["ipv4_dst"], e["ipv4_mask"], tuple(e["udp_src"]) if e["udp_src"] else None): e["out_port"]
+            for e in entries}
+
+
+def port_status(a, dp, port_no, down):
+    desc = parser.OFPPort(port_no=port_no, hw_addr="00:00:00:00:00:01", name=b"x", config=0,
+                          state=ofp.OFPPS_LINK_DOWN if down else ofp.OFPPS_LIVE, curr=0, advertised=0, supported=0,
+                          peer=0, curr_speed=0, max_speed=0)
+    ev = type("Ev", (), {"msg": type("Msg", (), {"datapath": dp, "desc": desc})()})()
+    a.on_port_status(ev)
+
+
+@pytest.mark.parametrize("spec, target", [("zcube:n=4,gpus_per_server=4", "cable:za0,zb0"),
+                                          ("roft:gpus=16,gpus_per_server=4,segments=2", "cable:l0r0,sp0")])
+def test_port_down_installs_exactly_the_models_degraded_tables_and_back(failing_app, spec, target):
+    fab, doc, a, dps = failing_app(spec, [{"at_emulated_s": 1, "action": "down", "target": target}])
+    healthy = {sw: as_table(v["entries"]) for sw, v in flows_document(fab)["switches"].items()}
+    (state,) = doc["states"]
+    link = fab.links[state["down_links"][0]]
+    end = fab.ports[link.a]
+    for dp in dps.values():
+        dp.sent.clear()
+    port_status(a, dps[fab.nodes[end.node].name], end.number, down=True)
+    for sw, dp in dps.items():
+        want = as_table(state["switches"].get(sw, flows_document(fab)["switches"][sw]["entries"]))
+        assert apply_mods(healthy[sw], dp.sent) == want, sw
+        if sw in state["switches"]:
+            assert isinstance(dp.sent[-1], parser.OFPBarrierRequest)
+    for dp in dps.values():
+        dp.sent.clear()
+    port_status(a, dps[fab.nodes[end.node].name], end.number, down=False)
+    for sw, dp in dps.items():
+        want = as_table(state["switches"].get(sw, flows_document(fab)["switches"][sw]["entries"]))
+        assert apply_mods(want, dp.sent) == healthy[sw], sw
+
+
+def test_unplanned_failure_changes_nothing(failing_app):
+    fab, doc, a, dps = failing_app("zcube:n=4,gpus_per_server=4",
+                                   [{"at_emulated_s": 1, "action": "down", "target": "cable:za0,zb0"}])
+    for dp in dps.values():
+        dp.sent.clear()
+    port_status(a, dps["za1"], 6, down=True)  # za1-zb1: not in the schedule
+    assert all(not dp.sent for dp in dps.values())
+    assert a.detected and "unplanned" in a.plan.state_name(a.detected)
+
+
+def test_fast_failover_groups_watch_primary_then_backup(failing_app):
+    fab, doc, a, dps = failing_app("zcube:n=4,gpus_per_server=4",
+                                   [{"at_emulated_s": 1, "action": "down", "target": "cable:za0,zb0"}], "fast-failover")
+    sent = dps["za0"].sent
+    groups = [m for m in sent if isinstance(m, parser.OFPGroupMod) and m.command == ofp.OFPGC_ADD]
+    assert groups and all(g.type == ofp.OFPGT_FF for g in groups)
+    for g in groups:
+        primary, backup = g.group_id >> 16, g.group_id & 0xFFFF
+        assert [b.watch_port for b in g.buckets] == [primary, backup]
+        assert [b.actions[0].port for b in g.buckets] == [primary, backup]
+        g.datapath = dps["za0"]
+        g.serialize()
+    first_flow = next(i for i, m in enumerate(sent) if isinstance(m, parser.OFPFlowMod) and m.priority not in (0, 65000)
+                      and m.command == ofp.OFPFC_ADD)
+    assert max(i for i, m in enumerate(sent) if isinstance(m, parser.OFPGroupMod)) < first_flow  # groups first
+    table = apply_mods({}, sent)
+    via = [v for v in table.values() if isinstance(v, tuple)]
+    assert via and all(gid in {g.group_id for g in groups} for _, gid in via)
+    # the primary of za0's protected entries toward zb0 is port 5; its backup faces another B switch
+    assert any(gid >> 16 == 5 and (gid & 0xFFFF) in (6, 7, 8) for _, gid in via)
+    transit = doc["fast_failover"]["switches"]["zb1"]["transit"]
+    assert transit and all(as_table(transit).items() <= apply_mods({}, dps["zb1"].sent).items() for _ in [0])
+    assert group_id(5, 7) == (5 << 16) | 7
+
+
+def test_probe_loss_hysteresis():
+    p = ProbeLoss(window=10, min_lost=3, timeout_ns=100)
+    d = ("za0", 5)
+    t = 0
+    for seq in range(10):  # 3 of 10 lost: gray
+        p.sent_probe(d, seq, t)
+        if seq not in (2, 5, 9):
+            p.got_probe(d, seq)
+        t += 10
+    assert p.update(t + 200) == [(d, True, 3, 10)]
+    for seq in range(10, 59):  # 49 back in a row: not yet healthy
+        p.sent_probe(d, seq, t)
+        p.got_probe(d, seq)
+        t += 10
+    assert p.update(t + 200) == []
+    p.sent_probe(d, 59, t)
+    p.got_probe(d, 59)
+    assert p.update(t + 200) == [(d, False, 0, 50)]
+
+
+def test_probe_frames_carry_their_sequence():
+    f = zlab_routes.lldp_frame(0xA1, 3, seq=41)
+    assert zlab_routes.parse_lldp(f) == (0xA1, 3) and zlab_routes.probe_seq(f) == 41
+    assert zlab_routes.probe_seq(zlab_routes.lldp_frame(0xA1, 3)) is None
+
+
+def test_probe_loss_is_not_blamed_on_a_cable_while_the_control_channel_loses_too():
+    p = ProbeLoss(window=10, min_lost=3, timeout_ns=100)
+    d, own = ("za0", 8), ("self", "zb3")  # za0-p8's probes arrive through zb3's channel
+    for seq in range(10):
+        p.sent_probe(d, 2 * seq, 10 * seq)
+        p.sent_probe(own, 2 * seq + 1, 10 * seq)
+        if seq not in (2, 5, 9):
+            p.got_probe(d, 2 * seq)
+        if seq != 5:
+            p.got_probe(own, 2 * seq + 1)  # zb3's packet-ins stalled once: the channel, not the cable
+    assert p.update(400, {d: "zb3"}) == []
+    p.got_probe(own, 11)  # that self-probe did come back: now the losses are the cable's
+    assert p.update(400, {d: "zb3"}) == [(d, True, 3, 10)]

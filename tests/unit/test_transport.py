@@ -222,3 +222,43 @@ def test_path_mtu_choices():
     assert roce.default_path_mtu(1500) == 1024 and roce.default_path_mtu(9000) == 4096
     with pytest.raises(ValueError):
         roce.payload_per_packet(1500)
+
+
+def test_apm_moves_a_stuck_qp_to_its_alternate_ports_and_completes(monkeypatch):
+    """Two 'cables' as datagram socket pairs: g0-p0<->g1-p1 (the QP's path) and g0-p1<->g1-p0 (its
+    alternate). The first goes dark mid-message; after one timeout the QP moves (same QPNs, PSNs)
+    and the message completes intact, with the stall and the migration recorded."""
+    import socket as so
+
+    from traffic import agent as ag
+
+    a0, b1 = so.socketpair(so.AF_UNIX, so.SOCK_DGRAM)
+    a1, b0 = so.socketpair(so.AF_UNIX, so.SOCK_DGRAM)
+    socks = {"g0-p0": a0, "g1-p1": b1, "g0-p1": a1, "g1-p0": b0}
+    for s in socks.values():
+        s.setblocking(False)
+    monkeypatch.setattr(ag, "open_packet_socket", lambda name, pid, buf: socks[name])
+    monkeypatch.setattr(ag, "socket_drops", lambda s: 0)
+    agent = ag.Agent(rc_opts={"rto_ns": 30_000_000}, stall_ns=5_000_000, apm_timeouts=1)
+    for i, name in enumerate(socks):
+        agent.add_port(ag.PortSpec(name, name[:2], f"02:00:00:00:00:0{i}", f"10.0.0.{i + 1}", 50e6))
+    conn = agent.connect("g0-p0", "g1-p1", 50000, 1024)
+    agent.set_alternate(conn, "g0-p1", "g1-p0")
+    sent = [0]
+    real_send = a0.send
+
+    def dark_after_10(frame):  # the cable dies after 10 frames: later frames vanish
+        sent[0] += 1
+        return real_send(frame) if sent[0] <= 10 else len(frame)
+
+    monkeypatch.setattr(agent.ports["g0-p0"], "sock", type("S", (), {"send": staticmethod(dark_after_10),
+                                                                      "fileno": a0.fileno, "recv": a0.recv,
+                                                                      "close": a0.close})())
+    agent.post(conn, 60_000)
+    assert agent.run(deadline_ns=ag.time.monotonic_ns() + 2_000_000_000)
+    (rec,) = agent.done
+    assert rec["integrity_ok"] and rec["qp_migrations"] == 1
+    assert (rec["src"], rec["dst"]) == ("g0-p1", "g1-p0") and conn.home == ("g0-p0", "g1-p1")
+    assert conn.req.c.timeouts >= 1 and conn.req.c.retransmits > 0
+    assert len(conn.stalls) == 1 and conn.stalls[0][1] - conn.stalls[0][0] >= 30_000_000
+    agent.close()

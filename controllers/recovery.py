@@ -1,0 +1,143 @@
+"""The controller's failure handling as plain logic (no OpenFlow library): what it detected,
+which of the run's precomputed states that is, and the entry-level difference to install.
+
+Why plain: the fake-datapath tests drive it directly, and the app (zlab_routes.py) stays a thin
+adapter. It never computes routes: every state's tables come from failures.json, written by the
+routing model before the run (testbed.emulation.failplan).
+"""
+
+from __future__ import annotations
+
+from collections import deque
+
+
+def entry_key(e: dict) -> tuple:
+    """What makes two entries the same OpenFlow entry (same match and priority)."""
+    return (e["priority"], e["ipv4_dst"], e["ipv4_mask"], tuple(e["udp_src"]) if e["udp_src"] is not None else None)
+
+
+def diff(old: list[dict], new: list[dict]) -> tuple[list[dict], list[dict]]:
+    """(entries to delete, entries to add or overwrite) turning table `old` into `new`."""
+    o = {entry_key(e): e for e in old}
+    n = {entry_key(e): e for e in new}
+    delete = [e for k, e in o.items() if k not in n]
+    add = [e for k, e in n.items() if k not in o or o[k]["out_port"] != e["out_port"]]
+    return delete, add
+
+
+class RecoveryPlan:
+    """failures.json as the controller uses it."""
+
+    def __init__(self, doc: dict, healthy: dict[str, list[dict]]):
+        if doc.get("schema") != "zlab.failures/1":
+            raise RuntimeError(f"failures.json: unknown schema {doc.get('schema')!r}")
+        self.mode = doc["recovery"]
+        self.detect = doc["detect"]
+        # fast-failover: entry -> backup port (a group watches the primary), and transit entries that are
+        # part of the healthy state from the start (healthy traffic never matches them)
+        self.ff_backup: dict[tuple[str, tuple], tuple[int, int]] = {}  # -> (primary, backup)
+        ffdoc = doc.get("fast_failover")
+        if ffdoc is not None:
+            healthy = dict(healthy)
+            for sw, v in ffdoc["switches"].items():
+                for e in v["entries"]:
+                    if "ff_backup" in e:
+                        self.ff_backup[(sw, entry_key(e))] = (int(e["out_port"]), int(e["ff_backup"]))
+                healthy[sw] = list(healthy[sw]) + list(v["transit"])
+        self.healthy = healthy
+        self.states = {tuple(s["down_links"]): s for s in doc["states"]}
+        self.port_link: dict[tuple[str, int], int] = {}  # (switch, OpenFlow port) -> cable
+        self.probe_dirs: dict[tuple[str, int], int] = {}  # sending end of a switch-to-switch cable -> cable
+        self.probe_receiver: dict[tuple[str, int], str] = {}  # sending end -> the switch at the far end
+        for c in doc["cables"]:
+            for end in c["ends"]:
+                if end["switch"]:
+                    self.port_link[(end["node"], end["port"])] = c["link"]
+            if all(end["switch"] for end in c["ends"]):
+                for end, far in (c["ends"], c["ends"][::-1]):
+                    self.probe_dirs[(end["node"], end["port"])] = c["link"]
+                    self.probe_receiver[(end["node"], end["port"])] = far["node"]
+
+    def target(self, down_links: frozenset) -> dict[str, list[dict]] | None:
+        """Every switch's table for a detected set of down cables (None: no planned state)."""
+        if not down_links:
+            return dict(self.healthy)
+        st = self.states.get(tuple(sorted(down_links)))
+        if st is None:
+            return None
+        return {sw: st["switches"].get(sw, entries) for sw, entries in self.healthy.items()}
+
+    def state_name(self, down_links: frozenset) -> str:
+        if not down_links:
+            return "healthy"
+        st = self.states.get(tuple(sorted(down_links)))
+        return st["failures"] if st else f"unplanned: cables {sorted(down_links)}"
+
+
+def group_id(primary: int, backup: int) -> int:
+    """A fast-failover group's id from its two ports (computed, never looked up): the primary in
+    the high 16 bits, the backup in the low 16."""
+    return (primary << 16) | backup
+
+
+def backup_for(ff_backup: dict, switch: str, e: dict) -> int | None:
+    """The backup port of an entry, if it is protected and still outputs to its primary."""
+    pb = ff_backup.get((switch, entry_key(e)))
+    return pb[1] if pb is not None and pb[0] == e["out_port"] else None
+
+
+class ProbeLoss:
+    """Per cable direction: of its last `window` probes old enough to judge (sent more than
+    `timeout_ns` ago), how many never came back. Gray when at least `min_lost` did."""
+
+    def __init__(self, window: int, min_lost: int, timeout_ns: int):
+        self.window, self.min_lost, self.timeout_ns = window, min_lost, timeout_ns
+        self.sent: dict[tuple, deque] = {}
+        self.got: dict[tuple, set] = {}
+        self.bad: set[tuple] = set()
+
+    def sent_probe(self, direction: tuple, seq: int, t_ns: int) -> None:
+        self.sent.setdefault(direction, deque(maxlen=20 * self.window)).append((seq, t_ns))
+        got = self.got.setdefault(direction, set())
+        if len(got) > 40 * self.window:
+            oldest = self.sent[direction][0][0]
+            self.got[direction] = {s for s in got if s >= oldest}
+
+    def got_probe(self, direction: tuple, seq: int) -> None:
+        self.got.setdefault(direction, set()).add(seq)
+
+    def lost(self, direction: tuple, now_ns: int) -> tuple[int, int]:
+        """(lost, judged) over the direction's last `window` judged probes."""
+        judged = [s for s, t in self.sent.get(direction, ()) if now_ns - t >= self.timeout_ns][-self.window:]
+        got = self.got.get(direction, set())
+        return sum(1 for s in judged if s not in got), len(judged)
+
+    def update(self, now_ns: int, receiver: dict | None = None) -> list[tuple[tuple, bool, int, int]]:
+        """Directions that turned gray or healthy now: (direction, gray, lost, judged).
+
+        Hysteresis: gray at `min_lost` of the last `window`; healthy again only after
+        `5 * window` judged probes in a row came back (at 20 % loss, 10 in a row happen often).
+        receiver: direction -> the switch that receives its probes. A probe also goes through that
+        switch's control channel (packet-in), which a busy controller can stall until OVS drops
+        packet-ins; each switch's self-probes (direction ("self", switch)) measure that channel,
+        and a direction is judged only while its receiver's self-probes all came back."""
+        out = []
+        for d, sent in self.sent.items():
+            if d[0] == "self":
+                continue
+            judged = [s for s, t in sent if now_ns - t >= self.timeout_ns]
+            got = self.got.get(d, set())
+            if receiver is not None and self.lost(("self", receiver[d]), now_ns)[0]:
+                continue  # the control channel lost probes too: not evidence about the cable
+            if d not in self.bad:
+                recent = judged[-self.window:]
+                lost = sum(1 for s in recent if s not in got)
+                if len(recent) >= self.window and lost >= self.min_lost:
+                    self.bad.add(d)
+                    out.append((d, True, lost, len(recent)))
+            else:
+                recent = judged[-5 * self.window:]
+                if len(recent) >= 5 * self.window and all(s in got for s in recent):
+                    self.bad.discard(d)
+                    out.append((d, False, 0, len(recent)))
+        return out
