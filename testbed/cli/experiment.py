@@ -69,6 +69,19 @@ def print_plan(exp) -> None:
               f"({f['expected_real_duration_s']:.2f} s real) without congestion")
         print(f"  expected peak packet rate  {f['peak_nic_frames_per_s']:,.0f} frames/s from NICs, "
               f"{f['peak_switch_forwards_per_s']:,.0f} switch forwards/s")
+        if fr.failplan:
+            fp = fr.failplan
+            print(f"  failures                   recovery {fp['recovery']} (model policy {fp['policy']}); "
+                  f"{len(fp['states'])} failure state(s) with precomputed tables")
+            for st in fp["steps"]:
+                extra = f", {st['loss_percent']:g} % loss" if st["loss_percent"] else ""
+                print(f"    at {st['t_emulated_s']:6.2f} s emulated  {st['action']:5s} {st['target']}{extra} "
+                      f"-> interfaces {', '.join(st['ifaces'])}")
+            ffd = fp.get("fast_failover")
+            if ffd:
+                cov = list(ffd["coverage"].values())
+                print(f"    fast-failover coverage   {100 * min(cov):.0f}-{100 * max(cov):.0f} % of the degraded-deliverable "
+                      f"pairs per cable before the controller reacts; {len(ffd['rejected'])} cable(s) unprotected")
     if exp.scaling_choice:
         from ..experiment.planner import Choice, describe
 

@@ -112,7 +112,8 @@ def events(fd) -> list[dict]:
                "recovery_s": None if t_rec is None else (t_rec - t_fail) / 1e9,
                "retransmits_hit": int(sum(q["requester"]["retransmits"] for q in hit)),
                "timeouts_hit": int(sum(q["requester"]["timeouts"] for q in hit)),
-               "migrations": len(migrations)}
+               "migrations": len(migrations),
+               "switches_changed": len(installs), "entries_changed": sum(r["added"] + r["deleted"] for r in installs)}
         for k in ("detection_s", "installed_s", "recovery_s"):
             row[k.replace("_s", "_real_s")] = None if row[k] is None else row[k] / D
         if not msgs.empty:
@@ -131,10 +132,13 @@ def events(fd) -> list[dict]:
         qs = fd.queue_samples()
         row["detour_ports"] = ports
         if not qs.empty and ports:
-            w = qs[(qs["t_s"] >= (t_fail - fd.t0_ns) / 1e9) & (qs["t_s"] <= (t_next - fd.t0_ns) / 1e9)
-                   & qs["port"].isin(ports)]
+            a, b = (t_fail - fd.t0_ns) / 1e9, (t_next - fd.t0_ns) / 1e9
+            on = qs["port"].isin(ports)
+            w = qs[(qs["t_s"] >= a) & (qs["t_s"] <= b) & on]
+            pre = qs[(qs["t_s"] >= a - (b - a)) & (qs["t_s"] < a) & on]  # the same ports, as long before
             row["detour_peak_backlog_bytes"] = int(w["backlog_bytes"].max()) if len(w) else 0
             row["detour_peak_queue_delay_real_s"] = float(w["queue_delay_real_s"].max()) if len(w) else 0.0
+            row["detour_peak_before_real_s"] = float(pre["queue_delay_real_s"].max()) if len(pre) else 0.0
         out.append(row)
     return out
 
@@ -144,22 +148,23 @@ def timeline(fd, rows: list[dict]) -> dict:
     of the detour ports (emulated seconds since the replay's start)."""
     doc = read_json(fd.dir / "failures.json")
     inj = read_jsonl(fd.raw / "injections.jsonl")
-    ctrl_path = fd.dir / "controller" / "failures.jsonl"
-    t_end = read_json(fd.raw / "run_clock.json").get("t_end_ns") or 0
-    ctrl = [r for r in read_jsonl(ctrl_path) if fd.t0_ns <= r["t_ns"] <= t_end] if ctrl_path.exists() else []
     marks = [((r["t_ns"] - fd.t0_ns) / 1e9, r["action"], r.get("target", "")) for r in inj
-             if r["action"] in ("down", "up", "gray", "clear", "restore")]
-    marks += [((r["t_ns"] - fd.t0_ns) / 1e9, "detected" if r["down_links"] else "healthy again", r["state"])
-              for r in ctrl if r["event"] == "state"]
+             if r["action"] in ("down", "up", "gray", "clear")]
+    for r in rows:  # per failure: when the controller saw it, and when the last switch confirmed its new entries
+        t_fail = r["t_fail_s"]
+        if r["detection_s"] is not None:
+            marks.append((t_fail + r["detection_s"], "detected", r["detected_via"] or ""))
+        if r["installed_s"] is not None:
+            marks.append((t_fail + r["installed_s"], "installed", ""))
     ports = sorted({p for r in rows for p in r.get("detour_ports", [])})
     qs = fd.queue_samples()
     q = qs[qs["port"].isin(ports)].groupby("t_s")["backlog_bytes"].max() if ports and not qs.empty else pd.Series()
-    return {"messages": fd.messages(), "marks": marks, "detour_backlog": q, "recovery": doc["recovery"]}
+    return {"messages": fd.messages(), "marks": sorted(marks), "detour_backlog": q, "recovery": doc["recovery"]}
 
 
-SUMMARY_KEYS = ("detection_real_s", "installed_real_s", "recovery_real_s", "qps_hit", "qps_unrecovered",
+SUMMARY_KEYS = ("detection_s", "installed_s", "recovery_s", "entries_changed", "detection_real_s", "installed_real_s", "recovery_real_s", "qps_hit", "qps_unrecovered",
                 "messages_hit", "retransmits_hit", "kv_p99_before_real_s", "kv_p99_during_real_s",
-                "kv_p99_after_real_s", "detour_peak_queue_delay_real_s")
+                "kv_p99_after_real_s", "detour_peak_queue_delay_real_s", "detour_peak_before_real_s")
 
 
 def summary(rows: list[dict]) -> dict:

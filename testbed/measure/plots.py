@@ -172,8 +172,8 @@ def failure_timeline(timelines: dict[str, dict], out: Path) -> str:
     labels = list(timelines)
     fig, axes = plt.subplots(2 * len(labels), 1, figsize=(10, 4.2 * len(labels)), squeeze=False,
                              gridspec_kw={"height_ratios": [3, 1] * len(labels)})
-    colours = {"down": "red", "gray": "purple", "up": "green", "clear": "green", "restore": "grey",
-               "detected": "orange", "healthy again": "teal"}
+    colours = {"down": "red", "gray": "purple", "up": "green", "clear": "green", "detected": "orange",
+               "installed": "teal"}
     for i, lab in enumerate(labels):
         tl = timelines[lab]
         ax, axq = axes[2 * i, 0], axes[2 * i + 1, 0]
@@ -197,5 +197,7 @@ def failure_timeline(timelines: dict[str, dict], out: Path) -> str:
             axq.plot(q.index, q.values / 1e3, lw=0.8, color="C3")
         axq.set_ylabel("detour queue\nemulated KB")
         axq.set_xlabel("emulated time since the replay's start (s)")
-        ax.set_xlim(axq.get_xlim())
+        if not m.empty:  # the replay, not the teardown after it
+            for a in (ax, axq):
+                a.set_xlim(min(0.0, m["t_post_s"].min()) - 0.2, m["t_post_s"].max() + 1.0)
     return _save(fig, out, "failure_timeline.png")
