@@ -159,8 +159,38 @@ build_venv() {
     || die "venv imports failed"
 }
 
+# Real Ryu, kept apart from os-ken (both provide the ryu-style module layout), pinned in
+# scripts/ryu-requirements.txt: the last release, 4.34, on Debian's Python 3.11 needs eventlet 0.33.3
+# (0.30 fails on 3.11; newer ones drop a name Ryu imports, which controllers/launch_ryu.py defines) and
+# dnspython >= 2.2. Ryu's setup.py needs a setuptools older than 67 to build, so it builds without
+# isolation against a pinned one. Only the app's imports live here; the repo is on PYTHONPATH when it runs.
+RYU_VENV="$REPO/.venv-ryu"
+RYU_REQS="$REPO/scripts/ryu-requirements.txt"
+ryu_pip() {
+  "$RYU_VENV/bin/python" -m pip -q --disable-pip-version-check "$@" 2>&1 | { grep -v "WARNING: Location" || true; }
+  return "${PIPESTATUS[0]}"
+}
+ryu_imports() {
+  "$RYU_VENV/bin/python" -c 'import eventlet.wsgi; eventlet.wsgi.ALREADY_HANDLED = object(); import ryu.cmd.manager, ryu.ofproto.ofproto_v1_3_parser' 2>/dev/null
+}
+build_ryu_venv() {
+  if [ ! -x "$RYU_VENV/bin/python" ]; then
+    /usr/bin/python3 -m venv "$RYU_VENV"; changed "venv $RYU_VENV"
+  fi
+  local want; want=$(sha256sum "$RYU_REQS" | cut -d' ' -f1)
+  if [ "$(cat "$RYU_VENV/.zlab-deps" 2>/dev/null)" != "$want" ] || ! ryu_imports; then
+    say "pip: installing Ryu into $RYU_VENV (scripts/ryu-requirements.txt)"
+    ryu_pip install --upgrade pip==24.3.1 setuptools==58.2.0 wheel==0.45.1
+    ryu_pip install --no-build-isolation -r "$RYU_REQS"
+    printf '%s\n' "$want" > "$RYU_VENV/.zlab-deps"; changed "ryu dependencies"
+  else
+    say "pip: the Ryu environment matches scripts/ryu-requirements.txt"
+  fi
+  ryu_imports || die "the Ryu environment ($RYU_VENV) does not import ryu"
+}
+
 if [ "$ONLY_SERVICES" -eq 0 ]; then install_apt_packages; fi
 set_socket_buffers
 start_ovs
-if [ "$ONLY_SERVICES" -eq 0 ]; then build_venv; fi
+if [ "$ONLY_SERVICES" -eq 0 ]; then build_venv; build_ryu_venv; fi
 say "done in $(( $(date +%s) - T0 )) s, $CHANGES changes"

@@ -1,5 +1,5 @@
-"""Lab commands (root, a live fabric): doctor, clean, up, controller, wiring-check,
-verify-paths, send, capture."""
+"""Lab commands (root, a live fabric): doctor, clean, up, inspect, destroy, controller,
+wiring-check, verify-paths, send, capture."""
 
 from __future__ import annotations
 
@@ -31,6 +31,48 @@ def cmd_doctor(args) -> int:
         print(f"  {p['link_rate_mbps']:>9g} {p['forwards_per_core_s']:>15,.0f} {p['forwards_per_s']:>10,.0f} "
               f"{100 * p['ovs_cpu_fraction']:>7.0f}% {p['agent_frames_per_core_s']:>19,.0f}")
     print(f"stored in {path}; the scaling planner interpolates it at each run's link rate")
+    return 0
+
+
+def cmd_inspect(args) -> int:
+    from ..lab.live import describe, live_runs
+
+    rows = [describe(r) for r in live_runs()]
+    if args.json:
+        print_json(rows)
+        return 0
+    if not rows:
+        print("zlab inspect: no live zlab runs")
+        return 0
+    from .output import print_table
+
+    for r in rows:
+        r["age"] = "?" if r["age_s"] is None else f"{r['age_s']:.0f} s"
+        r["ports_s"] = f"{r['ports']} ({r['bridges']} switches, {r['hosts']} hosts)"
+    print_table(rows, [("run", "run", None), ("kind", "kind", None), ("spec", "spec", None), ("pid", "pid", None),
+                       ("age", "age", None), ("controller", "controller", None), ("datapath", "datapath", None),
+                       ("ports_s", "veth ends", None), ("status", "status", None), ("user", "user", None)])
+    return 0
+
+
+def cmd_destroy(args) -> int:
+    import os
+
+    from ..lab.live import destroy, select
+
+    if bool(args.run) == bool(args.all_mine):
+        raise UserInputError("give a run id (zlab inspect lists them) or --all-mine, not both")
+    user = os.environ.get("SUDO_USER") or os.environ.get("USER") or str(os.getuid())
+    runs = select(args.run, args.all_mine, user)
+    if not runs:
+        if args.all_mine:
+            print(f"zlab destroy: no live runs of {user}")
+            return 0
+        raise UserInputError(f"no live run {args.run!r} (zlab inspect lists them; a run whose owner died is "
+                             "zlab clean's)")
+    for r in runs:
+        for line in destroy(r, args.timeout):
+            print(f"[zlab] {line}")
     return 0
 
 
@@ -155,7 +197,24 @@ def add_commands(sub) -> None:
     up.add_argument("--no-cli", action="store_true", help="no Mininet CLI: stay up until Ctrl-C/SIGTERM")
     up.add_argument("--duration", type=float, default=0, help="with --no-cli: tear down after this many seconds")
     up.add_argument("--results", default="results", help="where the run folder goes (default ./results)")
+    up.add_argument("--controller", choices=("os-ken", "ryu"), default="os-ken",
+                    help="framework running the zlab app: os-ken (default, the maintained fork) or ryu (real Ryu 4.34 "
+                         "from .venv-ryu, through a one-line eventlet shim; README 'Controller frameworks')")
+    up.add_argument("-d", "--detach", action="store_true",
+                    help="bring it up in the background and return once it is ready (then: zlab inspect, zlab destroy)")
+    up.add_argument("--run-id", help=argparse.SUPPRESS)  # zlab up -d names its child's run
     up.set_defaults(func=cmd_up)
+
+    ins = sub.add_parser("inspect", help="live runs (zlab up and zlab run): spec, pid, age, controller, ports, datapath")
+    ins.add_argument("--json", action="store_true", help="machine-readable output")
+    ins.set_defaults(func=cmd_inspect)
+
+    de = sub.add_parser("destroy", help="tear down live runs cleanly (their owner stops them, as on Ctrl-C); "
+                                        "'zlab clean' stays for runs whose owner died")
+    de.add_argument("run", nargs="?", help="run id or run folder (as zlab inspect shows)")
+    de.add_argument("--all-mine", action="store_true", help="every live run you started")
+    de.add_argument("--timeout", type=float, default=60.0, help="seconds to wait for a run to stop (default 60)")
+    de.set_defaults(func=cmd_destroy)
 
     ct = sub.add_parser("controller", help="run the zlab OpenFlow app on os-ken for a run folder", add_help=False)
     ct.add_argument("rest", nargs=argparse.REMAINDER)

@@ -3,7 +3,9 @@
 from __future__ import annotations
 
 import argparse
+from pathlib import Path
 
+from ..errors import UserInputError
 from ..fabric.params import SpecError
 from .output import print_fields, print_json
 
@@ -60,9 +62,27 @@ def cmd_fabric_export(args) -> int:
 
     fab = build_fabric(args.spec)
     out = args.output
-    if not out.endswith((".json", ".dot", ".png")):
-        raise SpecError(f"cannot tell the format of {out!r}: use a .json, .dot or .png file name")
+    if not out.endswith((".json", ".dot", ".png", ".clab.yml", ".clab.yaml")):
+        raise SpecError(f"cannot tell the format of {out!r}: use a .json, .dot, .png or .clab.yml file name")
     try:
+        if out.endswith((".clab.yml", ".clab.yaml")):
+            from ..fabric import clab
+
+            name = Path(out).name.rsplit(".clab.", 1)[0]
+            with open(out, "w", encoding="utf-8") as fh:
+                fh.write(clab.dumps(fab, name=name, image=args.image))
+            setup = Path(out).with_name(f"{name}.setup.sh")
+            setup.write_text(clab.setup_script(fab))
+            setup.chmod(0o755)
+            ctl = Path(out).with_name(f"{name}.controller")  # what `zlab controller` reads: the model's tables
+            ctl.mkdir(exist_ok=True)
+            (ctl / "fabric.json").write_text(fab.to_json())
+            from ..emulation.runfolder import flows_document
+            from ..records import write_json
+
+            write_json(ctl / "flows.json", flows_document(fab))
+            print(f"wrote {out}, {setup} and {ctl}/ ({fab.spec}; {len(fab.nodes)} nodes, {len(fab.links)} links)")
+            return 0
         if out.endswith(".json"):
             with open(out, "w", encoding="utf-8") as fh:
                 fh.write(fab.to_json())
@@ -74,6 +94,26 @@ def cmd_fabric_export(args) -> int:
     except OSError as exc:
         raise SpecError(f"cannot write {out}: {exc.strerror}") from None
     print(f"wrote {out} ({fab.spec})")
+    return 0
+
+
+def cmd_fabric_import(args) -> int:
+    from ..fabric import clab
+
+    try:
+        text = Path(args.clab_file).read_text(encoding="utf-8")
+    except OSError as exc:
+        raise SpecError(f"cannot read {args.clab_file}: {exc.strerror}") from None
+    try:
+        fab = clab.loads(text)
+    except SpecError:
+        raise
+    except UserInputError as exc:
+        raise SpecError(f"{args.clab_file}: {exc}") from None
+    if not args.output.endswith(".json"):
+        raise SpecError(f"{args.output!r}: the imported fabric is written as JSON (.json)")
+    Path(args.output).write_text(fab.to_json())
+    print(f"wrote {args.output} ({fab.spec}; {len(fab.nodes)} nodes, {len(fab.links)} links)")
     return 0
 
 
@@ -313,8 +353,16 @@ def add_commands(sub) -> None:
     fe = fsub.add_parser("export", help="write the resolved fabric (.json), a Graphviz file (.dot) or a picture (.png)",
                          formatter_class=raw, epilog=EPILOG_SPECS)
     fe.add_argument("spec", help="fabric spec")
-    fe.add_argument("-o", "--output", required=True, help="output file; the extension picks the format")
+    fe.add_argument("-o", "--output", required=True, help="output file; the extension picks the format "
+                    "(NAME.clab.yml: a containerlab topology, plus NAME.setup.sh creating its OVS bridges)")
+    fe.add_argument("--image", default="ghcr.io/hellt/network-multitool",
+                    help="clab export: container image of the GPU hosts (needs iproute2)")
     fe.set_defaults(func=cmd_fabric_export)
+
+    fi = fsub.add_parser("import", help="rebuild the zlab fabric model of a containerlab file zlab exported")
+    fi.add_argument("clab_file", help="NAME.clab.yml written by zlab fabric export")
+    fi.add_argument("-o", "--output", required=True, help="the fabric JSON to write (.json)")
+    fi.set_defaults(func=cmd_fabric_import)
 
     r = sub.add_parser("route", help="the model's path of one flow, hop by hop", formatter_class=raw,
                        epilog=EPILOG_SPECS)

@@ -14,6 +14,7 @@ import time
 from dataclasses import dataclass, field
 
 from ..fabric.model import Fabric
+from ..fabric.hostconf import ip_commands
 from ..lab.registry import Registry
 from ..lab.sh import CommandError, run
 from ..lab.state import datapath as recorded_datapath
@@ -192,10 +193,6 @@ def _apply_switch_tc(em: Emulation) -> None:
 
 def host_script(fab: Fabric, gpu: int, cfg: EmulationConfig) -> str:
     """Shell commands that configure one GPU host (pure: tested offline)."""
-    import numpy as np
-
-    from ..fabric.paths import dst_address
-
     ports = [fab.gpu_port(gpu, k) for k in range(fab.ports_per_gpu)]
     cmds = ["sysctl -qw net.ipv6.conf.all.disable_ipv6=1 net.ipv6.conf.default.disable_ipv6=1",
             "sysctl -qw net.ipv4.conf.all.rp_filter=0 net.ipv4.conf.default.rp_filter=0",
@@ -204,20 +201,10 @@ def host_script(fab: Fabric, gpu: int, cfg: EmulationConfig) -> str:
             "nft add table inet zlab",
             "nft add chain inet zlab input '{ type filter hook input priority 0; }'",
             "nft add rule inet zlab input udp dport 4791 drop"]
-    batch = []
     for p in ports:
         cmds.append(f"sysctl -qw net.ipv4.conf.{p.name.replace('.', '/')}.rp_filter=0")
         cmds.append(f"ethtool -K {p.name} tx off >/dev/null")
-        batch.append(f"link set dev {p.name} mtu {cfg.mtu_bytes} up")
-        batch.append(f"addr add {p.ip}/32 dev {p.name}")
-    others = np.array([g for g in range(fab.n_gpus) if g != gpu])
-    for p in ports:
-        # per source port: the destination addresses that leave through it (the address rule;
-        # with the shortcut policy in the spec, same-switch peers' same-plane addresses)
-        for a in dst_address(fab, np.full(others.size, gpu), p.role, others).tolist():
-            q = fab.ports[a]
-            batch.append(f"route add {q.ip}/32 dev {p.name} src {p.ip}")
-            batch.append(f"neigh replace {q.ip} lladdr {q.mac} dev {p.name} nud permanent")
+    batch = ip_commands(fab, gpu, cfg.mtu_bytes)
     script = "\n".join(cmds) + "\nip -batch - <<'ZLAB_EOF'\n" + "\n".join(batch) + "\nZLAB_EOF\n"
     tc = []
     for p in ports:

@@ -4,6 +4,7 @@ down: `with LiveFabric(...)` for code and tests, `zlab up` for people."""
 from __future__ import annotations
 
 import json
+import os
 import signal
 import socket
 import subprocess
@@ -22,18 +23,36 @@ from . import network, probes, runfolder, wiring
 from .config import EmulationConfig, EmulationError, LabFailure
 
 
+REPO = Path(__file__).resolve().parents[2]
+CONTROLLERS = ("os-ken", "ryu")
+RYU_PYTHON = REPO / ".venv-ryu" / "bin" / "python"
+
+
+def controller_command(framework: str, run_dir: Path, port: int, extra: list[str]) -> list[str]:
+    """The same app (controllers/zlab_routes.py) under os-ken (this venv) or real Ryu (.venv-ryu,
+    built by scripts/provision.sh)."""
+    if framework == "os-ken":
+        return [sys.executable, "-m", "controllers.launch", str(run_dir), "--port", str(port), *extra]
+    if framework == "ryu":
+        if not RYU_PYTHON.exists():
+            raise EmulationError(f"controller ryu: {RYU_PYTHON} is missing; run: bash scripts/provision.sh (it "
+                                 "builds the pinned Ryu environment)")
+        return [str(RYU_PYTHON), "-m", "controllers.launch_ryu", str(run_dir), "--port", str(port), *extra]
+    raise EmulationError(f"controller {framework!r}: valid: {', '.join(CONTROLLERS)}")
+
+
 def free_port() -> int:
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
         return s.getsockname()[1]
 
 
-class _Terminated(Exception):
-    pass
+class Terminated(Exception):
+    """SIGTERM while a fabric is up (zlab destroy sends it): tear down, then stop."""
 
 
-def _raise_terminated(signum, frame):
-    raise _Terminated(f"signal {signum}")
+def raise_terminated(signum, frame):
+    raise Terminated(f"signal {signum}")
 
 
 class LiveFabric:
@@ -42,16 +61,23 @@ class LiveFabric:
     def __init__(self, fabric: Fabric | str, cfg: EmulationConfig = EmulationConfig(), results_dir: str = "results",
                  run_id: str | None = None, miswire: str | None = None, check_reachability: bool = True,
                  log=print, table_timeout_s: float = 120.0, stats_interval_s: float = 1.0,
-                 lldp_interval_s: float = 1.0, failplan: dict | None = None):
+                 lldp_interval_s: float = 1.0, failplan: dict | None = None, controller: str = "os-ken",
+                 registry_id: str | None = None, kind: str = "up", suppress_sigterm: bool = True):
         self.fabric = build_fabric(fabric) if isinstance(fabric, str) else fabric
         self.cfg = cfg
         self.results_dir = results_dir
         self.run_id = run_id or runfolder.new_run_id("up")
+        self.registry_id = registry_id or self.run_id  # unique on the machine (tags the bridges too)
+        self.kind = kind
+        self.suppress_sigterm = suppress_sigterm  # False inside zlab run: the run stops, not just this fabric
         self.miswire_spec = miswire
         self.check_reachability = check_reachability
         self.log = log
         self.table_timeout_s = table_timeout_s
         self.controller_args = ["--stats-interval", str(stats_interval_s), "--lldp-interval", str(lldp_interval_s)]
+        if controller not in CONTROLLERS:
+            raise EmulationError(f"controller {controller!r}: valid: {', '.join(CONTROLLERS)}")
+        self.framework = controller
         self.failplan = failplan  # failures.json, for the controller to read at start (failplan.py)
         self.timings_s: dict[str, float] = {}
         self.em = None
@@ -63,7 +89,7 @@ class LiveFabric:
 
     # ---- lifecycle --------------------------------------------------------------------
     def __enter__(self) -> "LiveFabric":
-        self._old_sigterm = signal.signal(signal.SIGTERM, _raise_terminated)
+        self._old_sigterm = signal.signal(signal.SIGTERM, raise_terminated)
         try:
             self._start()
         except BaseException:
@@ -72,10 +98,10 @@ class LiveFabric:
         return self
 
     def __exit__(self, exc_type, exc, tb) -> None:
-        status = "ok" if exc_type is None else ("interrupted" if exc_type in (KeyboardInterrupt, _Terminated)
+        status = "ok" if exc_type is None else ("interrupted" if exc_type in (KeyboardInterrupt, Terminated)
                                                 else "failed")
         self.close(status=status)
-        if exc_type is _Terminated:
+        if exc_type is Terminated and self.suppress_sigterm:
             return True  # a SIGTERM is a normal way to stop: suppress after teardown
         return None
 
@@ -90,7 +116,8 @@ class LiveFabric:
         t0 = time.perf_counter()
         self.dir = runfolder.create(self.results_dir, self.run_id, fab,
                                     {"emulation": self.cfg.to_dict(), "miswire": self.miswire_spec})
-        self.registry = Registry(self.run_id)
+        self.registry = Registry(self.registry_id)
+        self.registry.run_folder(str(self.dir.resolve()), self.kind)
         if self.failplan is not None:
             write_json(self.dir / "failures.json", self.failplan)
         port = free_port()
@@ -101,12 +128,12 @@ class LiveFabric:
         (self.dir / "controller").mkdir(exist_ok=True)
         logf = open(self.dir / "controller" / "controller.log", "w")
         self.controller = subprocess.Popen(
-            [sys.executable, "-m", "controllers.launch", str(self.dir), "--port", str(port), *self.controller_args],
-            stdout=logf, stderr=subprocess.STDOUT, start_new_session=True)
+            controller_command(self.framework, self.dir, port, self.controller_args), cwd=REPO,
+            env={**os.environ, "PYTHONPATH": str(REPO)}, stdout=logf, stderr=subprocess.STDOUT, start_new_session=True)
         self.registry.process(self.controller.pid, "controller")
         self._wait_listening(port)
-        self.log(f"[zlab]   controller pid {self.controller.pid} on 127.0.0.1:{port}")
-        self.em = network.build(fab, self.cfg, self.run_id, self.registry, port, miswire)
+        self.log(f"[zlab]   controller ({self.framework}) pid {self.controller.pid} on 127.0.0.1:{port}")
+        self.em = network.build(fab, self.cfg, self.registry_id, self.registry, port, miswire)
         if miswire:
             l1, l2 = (fab.links[i] for i in miswire[0])
             self.log(f"[zlab]   MISWIRED on purpose: far ends of {fab.ports[l1.a].name} and {fab.ports[l2.a].name} swapped")
@@ -129,7 +156,7 @@ class LiveFabric:
             if r["failed"] and not miswire:
                 raise LabFailure(f"{len(r['failed'])} GPU port pairs unreachable, e.g. {r['failed'][:5]}")
         runfolder.update(self.dir, status="running", timings_s=self.timings_s, reachability=self.reach,
-                         datapath=self.em.datapath)
+                         datapath=self.em.datapath, controller=self.framework)
 
     def _wait_listening(self, port: int, timeout_s: float = 30.0) -> None:
         deadline = time.monotonic() + timeout_s
@@ -215,10 +242,52 @@ class LiveFabric:
                 self._old_sigterm = None
 
 
+def up_detached(args, timeout_s: float = 300.0) -> int:
+    """`zlab up -d`: the same `zlab up --no-cli` in its own session, returning once the fabric is
+    ready (its run.json says running) with the run's id and folder; a failed bring-up prints the
+    child's last lines and exits 1."""
+    from ..errors import RuntimeFailure
+
+    run_id = runfolder.new_run_id("up")
+    argv = [sys.executable, "-m", "testbed.cli", "up", args.spec, "--no-cli", "--run-id", run_id,
+            "--rate-scale", repr(args.rate_scale), "--mtu", str(args.mtu), "--queue-pkts", str(args.queue_pkts),
+            "--datapath", args.datapath, "--controller", args.controller, "--results", args.results]
+    if args.duration:
+        argv += ["--duration", repr(args.duration)]
+    Path(args.results).mkdir(parents=True, exist_ok=True)
+    log_path = Path(args.results) / f"{run_id}.log"
+    with open(log_path, "w") as log:
+        child = subprocess.Popen(argv, stdin=subprocess.DEVNULL, stdout=log, stderr=subprocess.STDOUT,
+                                 start_new_session=True, cwd=os.getcwd())
+    run_json = Path(args.results) / run_id / "run.json"
+    deadline = time.monotonic() + timeout_s
+    while True:
+        if run_json.exists():
+            try:
+                if json.loads(run_json.read_text()).get("status") == "running":
+                    break
+            except ValueError:
+                pass  # being written
+        if child.poll() is not None:
+            tail = log_path.read_text().strip().splitlines()[-3:]
+            raise RuntimeFailure(f"zlab up -d: the fabric did not come up (exit {child.returncode}): "
+                                 f"{' | '.join(tail) or 'no output'}", str(log_path))
+        if time.monotonic() > deadline:
+            child.terminate()
+            raise RuntimeFailure(f"zlab up -d: not ready after {timeout_s:.0f} s; stopped it", str(log_path))
+        time.sleep(0.2)
+    print(f"[zlab] up (detached): {run_json.parent}  pid {child.pid}, log {log_path}")
+    print(f"[zlab] zlab inspect lists it; zlab destroy {run_id} tears it down")
+    return 0
+
+
 def cmd_up(args) -> int:
+    if args.detach:
+        return up_detached(args)
     cfg = EmulationConfig(rate_scale=args.rate_scale, mtu_bytes=args.mtu, queue_limit_pkts=args.queue_pkts,
                           datapath=args.datapath)
-    with LiveFabric(args.spec, cfg, results_dir=args.results, miswire=args.miswire) as live:
+    with LiveFabric(args.spec, cfg, results_dir=args.results, miswire=args.miswire, controller=args.controller,
+                    run_id=args.run_id) as live:
         if args.wiring_check or args.miswire is not None:
             print(wiring.format_report(live.wiring_report()))
         print(f"[zlab] up: {live.dir}  (Ctrl-C or SIGTERM tears everything down)")

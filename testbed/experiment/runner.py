@@ -27,7 +27,7 @@ from ..emulation.agents import port_spec
 from ..emulation.calibrate import iperf3_udp
 from ..emulation.config import LabFailure
 from ..emulation.probes import LiveRun, prove_path
-from ..emulation.up import LiveFabric
+from ..emulation.up import LiveFabric, Terminated, raise_terminated
 from ..records import JsonLines, read_json, read_jsonl, write_json
 from .resolve import Experiment, FabricRun, Repeat
 
@@ -61,7 +61,8 @@ def run_fabric(exp: Experiment, fr: FabricRun, root: Path, log=print, bar=None) 
     fab, m = fr.fabric, exp.measurement
     with LiveFabric(fab, fr.emulation, results_dir=str(root), run_id=fr.label, log=log,
                     stats_interval_s=m["controller_stats_interval_s"], lldp_interval_s=m["lldp_interval_s"],
-                    failplan=fr.failplan) as lf:
+                    failplan=fr.failplan, controller=exp.spec["controller"], registry_id=f"{root.name}.{fr.label}",
+                    kind="run", suppress_sigterm=False) as lf:
         live = LiveRun(lf.dir)
         calib = None
         if m["calibrate"]:
@@ -277,16 +278,19 @@ def run_experiment(exp: Experiment, results_dir: str = "results", run_id: str | 
     status, cause = "complete", None
     t_start = time.monotonic()
     bar = tqdm(total=1, unit="msg", disable=not show_progress, leave=False, file=sys.stderr)
+    old_term = signal.signal(signal.SIGTERM, raise_terminated)  # zlab destroy: stop like Ctrl-C
     try:
         for fr in exp.fabrics.values():
             run_fabric(exp, fr, root, log=log, bar=bar)
-    except KeyboardInterrupt:
+    except (KeyboardInterrupt, Terminated) as exc:
         status = "incomplete"
-        log("[zlab] interrupted: fabric torn down, recorded data kept, run marked incomplete")
+        log(f"[zlab] {'terminated' if isinstance(exc, Terminated) else 'interrupted'}: fabric torn down, recorded "
+            "data kept, run marked incomplete")
     except BaseException as exc:
         status, cause = "failed", f"{type(exc).__name__}: {exc}"
         raise
     finally:
+        signal.signal(signal.SIGTERM, old_term)
         bar.close()
         runfolder.update(root, status=status, cause=cause, wall_s=time.monotonic() - t_start,
                          finished=dt.datetime.now().isoformat(timespec="seconds"))

@@ -24,6 +24,12 @@ class RunRecord:
     owner_pid: int
     owner_started: int | None
     resources: list[dict]
+    owner_user: str | None = None
+    t_ns: int | None = None
+
+    @property
+    def folder(self) -> dict | None:
+        return next((r for r in self.resources if r["type"] == "run-folder"), None)
 
     @property
     def owner_alive(self) -> bool:
@@ -37,7 +43,10 @@ class Registry:
         self.path = runs_dir() / f"{run_id}.jsonl"
         self._fh = open(self.path, "a", encoding="utf-8")
         me = os.getpid()
-        self._write({"type": "owner", "pid": me, "started": procs.start_time(me), "t_ns": time.time_ns()})
+        # who asked for it: through sudo the process is root's, the person is SUDO_USER (zlab destroy --all-mine)
+        user = os.environ.get("SUDO_USER") or os.environ.get("USER") or str(os.getuid())
+        self._write({"type": "owner", "pid": me, "started": procs.start_time(me), "t_ns": time.time_ns(),
+                     "user": user})
 
     @classmethod
     def attach(cls, run_id: str) -> "Registry":
@@ -64,6 +73,10 @@ class Registry:
 
     def netns(self, name: str) -> None:
         self._write({"type": "netns", "name": name})
+
+    def run_folder(self, path: str, kind: str) -> None:
+        """Where the live run writes (zlab inspect reads its run.json): kind up | run."""
+        self._write({"type": "run-folder", "path": path, "kind": kind})
 
     def nft_table(self, name: str) -> None:
         """An nftables netdev table (a gray failure's loss rule)."""
@@ -95,5 +108,5 @@ def load_runs() -> list[RunRecord]:
                         break  # a torn last line from a kill mid-write
         owner = next((r for r in recs if r.get("type") == "owner"), {"pid": -1, "started": None})
         out.append(RunRecord(path.stem, path, owner["pid"], owner.get("started"),
-                             [r for r in recs if r.get("type") != "owner"]))
+                             [r for r in recs if r.get("type") != "owner"], owner.get("user"), owner.get("t_ns")))
     return out

@@ -38,7 +38,7 @@ def test_export_json_dot_png(capsys, tmp_path):
     assert (tmp_path / "f.png").read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
     assert "za0" in (tmp_path / "f.dot").read_text()
     code, _, err = run(capsys, "fabric", "export", "zcube:n=4", "-o", str(tmp_path / "f.txt"))
-    assert code == 2 and ".json, .dot or .png" in err
+    assert code == 2 and ".json, .dot, .png or .clab.yml" in err
     code, _, err = run(capsys, "fabric", "export", "zcube:n=32", "-o", str(tmp_path / "big.png"))
     assert code == 2 and "stop at 256 GPUs" in err
 

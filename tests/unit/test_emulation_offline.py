@@ -137,3 +137,19 @@ def test_host_lldp_frame_is_what_the_controller_parses():
     frame = host_lldp_frame("g12-p1", "02:5a:02:00:00:0d")
     assert frame[12:14] == b"\x88\xcc" and frame[:6] == bytes.fromhex("0180c200000e")
     assert parse_lldp(frame) == ("host", "g12-p1")
+
+
+def test_controller_frameworks_run_the_same_app(tmp_path, monkeypatch):
+    from testbed.emulation import up
+    from testbed.emulation.config import EmulationError
+
+    osken = up.controller_command("os-ken", tmp_path, 6653, ["--stats-interval", "1"])
+    assert osken[1:3] == ["-m", "controllers.launch"] and osken[-2:] == ["--stats-interval", "1"]
+    monkeypatch.setattr(up, "RYU_PYTHON", tmp_path / "absent" / "python")
+    with pytest.raises(EmulationError, match="provision.sh"):
+        up.controller_command("ryu", tmp_path, 6653, [])
+    (tmp_path / "py").write_text("")
+    monkeypatch.setattr(up, "RYU_PYTHON", tmp_path / "py")
+    assert up.controller_command("ryu", tmp_path, 7000, [])[:3] == [str(tmp_path / "py"), "-m", "controllers.launch_ryu"]
+    with pytest.raises(EmulationError, match="valid: os-ken, ryu"):
+        up.controller_command("nox", tmp_path, 6653, [])
