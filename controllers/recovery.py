@@ -103,6 +103,13 @@ class ProbeLoss:
             oldest = self.sent[direction][0][0]
             self.got[direction] = {s for s in got if s >= oldest}
 
+    def forget(self, direction: tuple) -> None:
+        """Drop a direction's history: its port went down or up, which explains any probe it lost
+        (a flapping cable is port status's to report, not a gray failure's)."""
+        self.sent.pop(direction, None)
+        self.got.pop(direction, None)
+        self.bad.discard(direction)
+
     def got_probe(self, direction: tuple, seq: int) -> None:
         self.got.setdefault(direction, set()).add(seq)
 

@@ -237,6 +237,10 @@ class ZlabRoutes(BaseApp):
         self.fail_log.write({"t_ns": time.monotonic_ns(), "event": "port_down" if down else "port_up", "switch": name,
                              "port": desc.port_no, "link": link, "via": via})
         self.down_status = {self.plan.port_link[k] for k, d in self.port_down.items() if d and k in self.plan.port_link}
+        for d, lk in self.plan.probe_dirs.items():  # probes lost while a port was down say nothing about gray loss
+            if lk == link:
+                self.probes.forget(d)
+        self.down_gray = {self.plan.probe_dirs[d] for d in self.probes.bad}
         self._recompute(via)
 
     def _recompute(self, via: str) -> None:

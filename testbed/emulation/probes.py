@@ -183,6 +183,25 @@ def send_udp(live: LiveRun, src_port_name: str, dst_ip: str, sport: int, count: 
         raise RuntimeError(f"UDP probe from {src_port_name} failed: {res.stderr.strip()}")
 
 
+def _counted(switches, before, groups_before, count) -> list[tuple[str, int]]:
+    """(switch, out port) of every entry that counted at least `count` more packets than before."""
+    after = settled_flows(switches)
+    observed = []
+    for sw in switches:
+        for key, n in after[sw].items():
+            if n - before[sw].get(key, 0) < count:
+                continue
+            if key[2].startswith("output:"):
+                observed.append((sw, int(key[2].split(":")[1].split(",")[0])))
+            elif key[2].startswith("group:"):  # a fast-failover group: the bucket that counted says the port
+                gid = int(key[2].split(":")[1].split(",")[0])
+                now = dump_group_buckets(sw)
+                for b, port in ((0, gid >> 16), (1, gid & 0xFFFF)):
+                    if now.get((gid, b), 0) - groups_before[sw].get((gid, b), 0) >= count:
+                        observed.append((sw, port))
+    return observed
+
+
 @dataclass
 class PathProof:
     src: str
@@ -206,20 +225,11 @@ def prove_path(live: LiveRun, src_port: str, dst: str, sport: int = 49152, count
     before = settled_flows(switches)  # earlier traffic may still be reaching the counters
     groups_before = {sw: dump_group_buckets(sw) for sw in switches}
     send_udp(live, src_port, model.dst_ip, sport, count)
-    after = settled_flows(switches)
-    observed = []
-    for sw in switches:
-        for key, n in after[sw].items():
-            if n - before[sw].get(key, 0) < count:
-                continue
-            if key[2].startswith("output:"):
-                observed.append((sw, int(key[2].split(":")[1].split(",")[0])))
-            elif key[2].startswith("group:"):  # a fast-failover group: the bucket that counted says the port
-                gid = int(key[2].split(":")[1].split(",")[0])
-                now = dump_group_buckets(sw)
-                for b, port in ((0, gid >> 16), (1, gid & 0xFFFF)):
-                    if now.get((gid, b), 0) - groups_before[sw].get((gid, b), 0) >= count:
-                        observed.append((sw, port))
     hops = [(h.switch, h.out_port) for h in model.hops]
+    for attempt in range(3):  # OVS pushes datapath counters to entries lazily, not all switches at once
+        observed = _counted(switches, before, groups_before, count)
+        if sorted(observed) == sorted(hops):
+            break
+        time.sleep(1.0)
     observed.sort(key=lambda x: hops.index(x) if x in hops else len(hops))
     return PathProof(src_port, model.dst_port, sport, hops, observed)

@@ -186,3 +186,23 @@ def test_fast_failover_switches_over_with_the_controller_frozen(tmp_path):
         assert any(b == 1 and n - b0.get((g, b), 0) >= 20 and g >> 16 == 5 for (g, b), n in b1.items())
         assert proof.model[-1] in proof.observed, proof  # delivered by the destination's switch, around the dead cable
     assert bridges() == before
+
+
+def test_a_flapping_cable(tmp_path_factory):
+    """down/up twice mid-replay: every step injected and read back, the controller follows each state
+    (degraded, healthy, degraded, healthy), every message intact."""
+    ev = [{"at_emulated_s": 3.6, "action": "flap", "target": "cable:busiest", "period_emulated_s": 1.0, "count": 2}]
+    root, exp, metrics = failure_run(tmp_path_factory, "flap", {"zcube": ev})
+    inj = read_jsonl(root / "zcube" / "raw" / "rep0" / "injections.jsonl")
+    steps = [r for r in inj if r["action"] in ("down", "up")]
+    assert [r["action"] for r in steps] == ["down", "up", "down", "up"]
+    assert [set(r["operstate"].values()) for r in steps] == [{"DOWN"}, {"UP"}, {"DOWN"}, {"UP"}]
+    t0 = json.loads((root / "zcube" / "raw" / "rep0" / "run_clock.json").read_text())["t0_ns"]
+    assert [round((r["t_ns"] - t0) / 1e9, 1) for r in steps] == [3.6, 4.1, 4.6, 5.1]
+    t_end = json.loads((root / "zcube" / "raw" / "rep0" / "run_clock.json").read_text())["t_end_ns"]
+    states = [r["down_links"] for r in read_jsonl(root / "zcube" / "controller" / "failures.jsonl")
+              if r["event"] == "state" and t0 <= r["t_ns"] <= t_end]
+    link = steps[0]["links"]
+    assert states[:4] == [link, [], link, []], states
+    rows = metrics["failures"]["zcube"]["events"]
+    assert len(rows) == 2 and all(r["integrity_ok"] and r["qps_unrecovered"] == 0 for r in rows)

@@ -304,3 +304,13 @@ def test_loss_on_every_cable_into_one_switch_is_the_switchs_not_a_cables():
             if not (d == ("l0r1", 4) and seq in (1, 4, 7)):
                 p2.got_probe(d, s)
     assert p2.update(400, into) == [(("l0r1", 4), True, 3, 10)]
+
+
+def test_a_port_state_change_forgets_the_cables_probe_history():
+    p = ProbeLoss(window=10, min_lost=3, timeout_ns=100)
+    d = ("za0", 5)
+    for seq in range(10):
+        p.sent_probe(d, seq, 10 * seq)  # none came back: the port was down
+    assert p.update(400) == [(d, True, 10, 10)]
+    p.forget(d)
+    assert d not in p.bad and p.update(400) == []
