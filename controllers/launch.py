@@ -11,9 +11,10 @@ import os
 import sys
 
 
-def main(argv=None) -> int:
-    ap = argparse.ArgumentParser(prog="zlab controller", description=__doc__,
-                                 formatter_class=argparse.RawDescriptionHelpFormatter)
+def prepare(prog: str, doc: str, argv=None):
+    """Parse the launcher's arguments and set the environment the app reads (shared by both
+    frameworks' launchers); exits 2 when the run folder has no flows.json."""
+    ap = argparse.ArgumentParser(prog=prog, description=doc, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("run_dir", help="run folder with fabric.json and flows.json")
     ap.add_argument("--port", type=int, default=6653, help="OpenFlow TCP port on 127.0.0.1 (default 6653)")
     ap.add_argument("--stats-interval", type=float, default=1.0, help="counter polling period, s (default 1.0)")
@@ -21,13 +22,17 @@ def main(argv=None) -> int:
     args = ap.parse_args(argv)
     flows = os.path.join(args.run_dir, "flows.json")
     if not os.path.exists(flows):
-        print(f"zlab controller: error: {flows} not found (write it with zlab up, or testbed.emulation.runfolder)",
+        print(f"{prog}: error: {flows} not found (write it with zlab up, or testbed.emulation.runfolder)",
               file=sys.stderr)
-        return 2
+        sys.exit(2)
     os.environ["ZLAB_RUN_DIR"] = os.path.abspath(args.run_dir)
     os.environ["ZLAB_STATS_INTERVAL_S"] = str(args.stats_interval)
     os.environ["ZLAB_LLDP_INTERVAL_S"] = str(args.lldp_interval)
+    return args
 
+
+def main(argv=None) -> int:
+    args = prepare("zlab controller", __doc__, argv)
     from os_ken.lib import hub
 
     hub.patch(thread=False)

@@ -11,27 +11,14 @@ Ryu's old pin on a dnspython that uses `collections.MutableMapping`. Nothing els
 
 from __future__ import annotations
 
-import argparse
-import os
 import sys
 from pathlib import Path
 
 
 def main(argv=None) -> int:
-    ap = argparse.ArgumentParser(prog="launch_ryu", description=__doc__,
-                                 formatter_class=argparse.RawDescriptionHelpFormatter)
-    ap.add_argument("run_dir", help="run folder with fabric.json and flows.json")
-    ap.add_argument("--port", type=int, default=6653, help="OpenFlow TCP port on 127.0.0.1 (default 6653)")
-    ap.add_argument("--stats-interval", type=float, default=1.0, help="counter polling period, s (default 1.0)")
-    ap.add_argument("--lldp-interval", type=float, default=1.0, help="LLDP discovery period, s (default 1.0; 0: none)")
-    args = ap.parse_args(argv)
-    flows = os.path.join(args.run_dir, "flows.json")
-    if not os.path.exists(flows):
-        print(f"launch_ryu: error: {flows} not found", file=sys.stderr)
-        return 2
-    os.environ["ZLAB_RUN_DIR"] = os.path.abspath(args.run_dir)
-    os.environ["ZLAB_STATS_INTERVAL_S"] = str(args.stats_interval)
-    os.environ["ZLAB_LLDP_INTERVAL_S"] = str(args.lldp_interval)
+    from controllers.launch import prepare
+
+    args = prepare("launch_ryu", __doc__, argv)
     import eventlet.wsgi
 
     eventlet.wsgi.ALREADY_HANDLED = object()  # the shim (see the module docstring)
