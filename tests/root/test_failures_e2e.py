@@ -7,7 +7,7 @@ Bounds (emulated seconds; README "Failures" explains them): detection of a dead 
 (port status, confirmed by the port-state poll); recovery ≤ the install + one retransmission
 timeout of the QP + 0.5 s of queueing (controller, fast-failover), ≤ one timeout + 0.5 s (host:
 the QP moves after its first timeout without progress); a gray failure is detected by the link
-probes within probe_timeout + (window + min_lost) / probe_hz + 1 s.
+probes within probe_timeout + 2 windows / probe_hz + 1 s (6.5 s with the defaults; measured 2.2-4.0 s).
 """
 
 import json
@@ -135,7 +135,9 @@ def test_gray_failure_is_found_by_probes_and_routed_around(gray, label):
     e, inj = common_checks(root, metrics, label)
     d = exp.spec["failures"]
     assert e["detected_via"] == "probes"
-    assert e["detection_s"] <= d["probe_timeout_s"] + (d["probe_window"] + d["probe_min_lost"]) / d["probe_hz"] + 1
+    # a window must fill with judged probes, and a window's losses may be set aside while another cable into the
+    # same switch loses too (the guard): allow two windows (measured: 2.2-4.0 s)
+    assert e["detection_s"] <= d["probe_timeout_s"] + 2 * d["probe_window"] / d["probe_hz"] + 1
     assert e["installed_s"] is not None
     restore = next(r for r in inj if r["action"] == "restore")
     assert sum(restore["gray_dropped"].values()) > 0  # the loss really happened (nftables' own counter)
