@@ -113,12 +113,6 @@ class ProbeLoss:
     def got_probe(self, direction: tuple, seq: int) -> None:
         self.got.setdefault(direction, set()).add(seq)
 
-    def lost(self, direction: tuple, now_ns: int) -> tuple[int, int]:
-        """(lost, judged) over the direction's last `window` judged probes."""
-        judged = [s for s, t in self.sent.get(direction, ()) if now_ns - t >= self.timeout_ns][-self.window:]
-        got = self.got.get(direction, set())
-        return sum(1 for s in judged if s not in got), len(judged)
-
     def update(self, now_ns: int, receiver: dict | None = None) -> list[tuple[tuple, bool, int, int]]:
         """Directions that turned gray or healthy now: (direction, gray, lost, judged).
 

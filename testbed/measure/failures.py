@@ -54,8 +54,9 @@ def _detour_ports(fd, doc: dict, state_links: list[int]) -> list[str]:
     return sorted(out)
 
 
-def events(fd) -> list[dict]:
-    """One row per injected failure of this repeat (empty when the run injected none)."""
+def events(fd, tables: dict) -> list[dict]:
+    """One row per injected failure of this repeat (empty when the run injected none). tables: the
+    repeat's tables as the report built them (messages, queue samples), not rebuilt here."""
     path = fd.dir / "failures.json"
     inj_path = fd.raw / "injections.jsonl"
     if not path.exists() or not inj_path.exists():
@@ -67,7 +68,7 @@ def events(fd) -> list[dict]:
     ctrl = [r for r in read_jsonl(ctrl_path) if fd.t0_ns - 1e9 <= r["t_ns"] <= t_end] if ctrl_path.exists() else []
     qps = fd.counters.get("qps", [])
     flows = [(q["home"][0], q["home"][1], q["sport"]) for q in qps]
-    msgs = fd.messages()
+    msgs, qs = tables["messages"], tables["queue_samples"]
     D = fd.dilation
     onsets = _onsets(doc, inj)
     ends = [r["t_ns"] for r in inj if r["action"] in ("up", "clear", "restore")]
@@ -129,7 +130,6 @@ def events(fd) -> list[dict]:
                 row[f"kv_p99_{ph}_real_s"] = float(c.quantile(0.99)) if len(c) else None
                 row[f"messages_{ph}"] = int(len(c))
         ports = _detour_ports(fd, doc, step["state"])
-        qs = fd.queue_samples()
         row["detour_ports"] = ports
         if not qs.empty and ports:
             a, b = (t_fail - fd.t0_ns) / 1e9, (t_next - fd.t0_ns) / 1e9
@@ -143,7 +143,7 @@ def events(fd) -> list[dict]:
     return out
 
 
-def timeline(fd, rows: list[dict]) -> dict:
+def timeline(fd, rows: list[dict], tables: dict) -> dict:
     """What the timeline plot draws: message completions over time, the events and the queues
     of the detour ports (emulated seconds since the replay's start)."""
     doc = read_json(fd.dir / "failures.json")
@@ -157,9 +157,9 @@ def timeline(fd, rows: list[dict]) -> dict:
         if r["installed_s"] is not None:
             marks.append((t_fail + r["installed_s"], "installed", ""))
     ports = sorted({p for r in rows for p in r.get("detour_ports", [])})
-    qs = fd.queue_samples()
+    qs = tables["queue_samples"]
     q = qs[qs["port"].isin(ports)].groupby("t_s")["backlog_bytes"].max() if ports and not qs.empty else pd.Series()
-    return {"messages": fd.messages(), "marks": sorted(marks), "detour_backlog": q, "recovery": doc["recovery"]}
+    return {"messages": tables["messages"], "marks": sorted(marks), "detour_backlog": q, "recovery": doc["recovery"]}
 
 
 SUMMARY_KEYS = ("detection_s", "installed_s", "recovery_s", "entries_changed", "detection_real_s", "installed_real_s", "recovery_real_s", "qps_hit", "qps_unrecovered",

@@ -69,14 +69,16 @@ def build(root: Path) -> dict:
     if len(labels) >= 2:
         metrics["comparison"] = comparison(per_fabric, labels[0], labels[1])
     made = plots.all_plots(datas, tables, root / "plots")
-    fail_rows = {lab: [row for fd in reps for row in failures.events(fd)] for lab, reps in datas.items()}
+    fail_rows = {lab: [row for fd, t in zip(reps, tables[lab]) for row in failures.events(fd, t)]
+                 for lab, reps in datas.items()}
     if any(fail_rows.values()):
         metrics["failures"] = {lab: {"events": rows, "summary": failures.summary(rows)}
                                for lab, rows in fail_rows.items() if rows}
         pd.DataFrame([r for rows in fail_rows.values() for r in rows]).to_csv(root / "tables" / "failures.csv",
                                                                              index=False)
         made.append(plots.failure_timeline({lab: failures.timeline(reps[0], [r for r in fail_rows[lab]
-                                                                              if r["repeat"] == reps[0].repeat])
+                                                                              if r["repeat"] == reps[0].repeat],
+                                                                   tables[lab][0])
                                             for lab, reps in datas.items() if fail_rows[lab]}, root / "plots"))
     write_json(root / "metrics.json", metrics, sort_keys=False)
     (root / "report.md").write_text(markdown.markdown(run, exp, metrics, made))
