@@ -4,7 +4,8 @@
 # Idempotent: a second run changes nothing and finishes in seconds. Every step prints what it
 # did; any failing step aborts with a message naming it. Must run as root.
 #
-#   bash scripts/provision.sh            # install everything, (re)start OVS, build .venv
+#   bash scripts/provision.sh            # the core: apt packages, (re)start OVS, build .venv and .venv-ryu
+#   bash scripts/provision.sh --referee  # the core plus the optional ns-3 referee (libns3-dev, .referee/)
 #   bash scripts/provision.sh --services # only (re)start the services (OVS) the lab needs
 #
 # Why each step exists is in the comment above it; see README "Lab platform".
@@ -36,11 +37,13 @@ trap 'die "step at line $LINENO exited with status $?"' ERR
 [ "$(id -u)" -eq 0 ] || die "must run as root (try: sudo bash scripts/provision.sh)"
 
 ONLY_SERVICES=0
+REFEREE=0
 case "${1:-}" in
   --services) ONLY_SERVICES=1 ;;
+  --referee) REFEREE=1 ;;
   ""|--all) ;;
-  -h|--help) sed -n '2,10p' "$0"; exit 0 ;;
-  *) die "unknown option '$1' (valid: --services, --all, --help)" ;;
+  -h|--help) sed -n '2,11p' "$0"; exit 0 ;;
+  *) die "unknown option '$1' (valid: --services, --referee, --all, --help)" ;;
 esac
 
 install_apt_packages() {
@@ -189,8 +192,28 @@ build_ryu_venv() {
   ryu_imports || die "the Ryu environment ($RYU_VENV) does not import ryu"
 }
 
+# The optional ns-3 referee (`zlab referee`): Debian's ns-3 3.37 libraries and headers (~80 MB) and
+# one C++ program compiled from testbed/referee/zlab_referee.cc into .referee/ (rebuilt when its
+# source changes). Kept out of the core so that a lab-only install stays small.
+install_referee() {
+  if ! dpkg-query -W -f='${Status}' libns3-dev 2>/dev/null | grep -q "install ok installed"; then
+    say "apt: installing libns3-dev (the ns-3 referee)"
+    export DEBIAN_FRONTEND=noninteractive
+    apt-get update -q >/dev/null
+    apt-get install -y -q --no-install-recommends libns3-dev g++ >/dev/null
+    changed "apt packages: libns3-dev"
+  else
+    say "apt: libns3-dev present"
+  fi
+  local out
+  out=$("$VENV/bin/python" -c 'from testbed.referee import binary; p = binary.build(log=lambda *a: print(*a)); print("built:", p)') \
+    || die "compiling the ns-3 referee failed"
+  say "referee: $(printf '%s' "$out" | tail -1)"
+}
+
 if [ "$ONLY_SERVICES" -eq 0 ]; then install_apt_packages; fi
 set_socket_buffers
 start_ovs
 if [ "$ONLY_SERVICES" -eq 0 ]; then build_venv; build_ryu_venv; fi
+if [ "$REFEREE" -eq 1 ]; then install_referee; fi
 say "done in $(( $(date +%s) - T0 )) s, $CHANGES changes"

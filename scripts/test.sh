@@ -9,7 +9,8 @@ if [ "$(id -u)" -ne 0 ]; then
   exec sudo -E bash "$0" "$@"
 fi
 cd "$(dirname "${BASH_SOURCE[0]}")/.."
-bash scripts/provision.sh
+# --referee: the suite includes the ns-3 referee's tests, so CI installs the optional referee too
+bash scripts/provision.sh --referee
 # The architecture's import contracts (pyproject.toml [tool.importlinter]): a wrong arrow fails here.
 .venv/bin/lint-imports --no-cache
 exec .venv/bin/python -m pytest -p no:cacheprovider "$@"

@@ -1,6 +1,6 @@
 """Record tests/data/mini-run: a real, small `zlab run` (root, OVS) kept as the offline analysis
 tier's input. Only what the analysis reads is kept — the resolved experiment, run records,
-each fabric's fabric.json, run.json and raw/ — not the tables, plots and report it rebuilds,
+each fabric's fabric.json, flows.json, run.json and raw/ — not the tables, plots and report it rebuilds,
 nor the controller's logs, which the analysis never reads.
 
     sudo .venv/bin/python scripts/dev/refresh_mini_run.py
@@ -21,7 +21,7 @@ README = """# mini-run: a small real zlab run for the offline analysis tests
 
 Recorded on this project's machine kind by `scripts/dev/refresh_mini_run.py` (`zlab run {args}`:
 the default ZCube(4,2) vs 16-GPU two-segment ROFT comparison, 12 requests of the shipped Azure code
-trace). Kept: `experiment.json`, `run.json`, and per fabric `fabric.json`, `run.json` and `raw/`.
+trace). Kept: `experiment.json`, `run.json`, and per fabric `fabric.json`, `flows.json`, `run.json` and `raw/`.
 Dropped: tables, plots, metrics and report (the tests rebuild them) and the controller's logs (not
 read by the analysis). Nothing in it is edited by hand; rerun the script to refresh it.
 """
@@ -40,7 +40,7 @@ def main() -> int:
             shutil.copy(run / name, DEST / name)
         for fdir in (p for p in run.iterdir() if (p / "raw").is_dir()):
             (DEST / fdir.name).mkdir()
-            for name in ("fabric.json", "run.json"):
+            for name in ("fabric.json", "flows.json", "run.json"):  # flows.json: the ns-3 referee's routes
                 shutil.copy(fdir / name, DEST / fdir.name / name)
             shutil.copytree(fdir / "raw", DEST / fdir.name / "raw")
     (DEST / "README.md").write_text(README.format(args=" ".join(ARGS)))

@@ -12,7 +12,7 @@ import argparse
 import sys
 
 from ..errors import RuntimeFailure, UserInputError
-from . import experiment, lab, model
+from . import experiment, lab, model, referee
 from .model import EPILOG_SPECS
 
 
@@ -26,6 +26,7 @@ def build_parser() -> argparse.ArgumentParser:
     lab.add_commands(sub)
     model.add_commands(sub)
     experiment.add_commands(sub)
+    referee.add_commands(sub)
     return p
 
 

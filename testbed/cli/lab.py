@@ -12,9 +12,13 @@ from .output import print_json
 
 
 def cmd_doctor(args) -> int:
+    from ..lab.doctor import Check
     from ..lab.doctor import main as doctor_main
+    from ..referee import binary
 
-    code = doctor_main(as_json=args.json)
+    ok, what = binary.status()  # optional: not a blocker
+    code = doctor_main(as_json=args.json, extra=[Check("ns-3 referee", "ok" if ok else "warn", what,
+                                                       "" if ok else f"optional; run: {binary.PROVISION}")])
     if code or not args.capacity:
         return code
     from ..emulation import capacity

@@ -14,7 +14,10 @@ size, so the planner needs no second resolution to predict them.
 
 from __future__ import annotations
 
+import json
+import math
 from dataclasses import asdict, dataclass
+from pathlib import Path
 
 import numpy as np
 
@@ -22,6 +25,7 @@ from ..lab import state
 
 HEADROOM = 0.7  # of one core for ovs-vswitchd: bursts and the agents need the rest
 FRAMES_PER_QUEUE = 4  # k: a queue quantity smaller than this many frames is not representable
+EVIDENCE = Path(__file__).with_name("scaling_evidence.json")  # what the ns-3 referee measured (scripts/referee_evidence.py)
 UNMEASURED_CAPACITY = 15000.0  # forwards per core-second; used, and labelled, when none was measured
 SETUP_S_PER_FABRIC, SETUP_S_PER_REPEAT = 12.0, 3.0  # bring-up + calibration; collector + agent set-up
 
@@ -180,9 +184,32 @@ def assess(exp, preset: str = "as given") -> Choice:
         notes.append(f"queues not representable: XOFF {q:,.0f} real bytes < {FRAMES_PER_QUEUE} frames = {floor:,.0f} "
                      f"real bytes at size_scale {sigma:g}; queue byte figures are qualitative (queueing delay is not). "
                      f"size_scale >= {FRAMES_PER_QUEUE * frame / q:.3g} represents it")
+    note = referee_note(sigma)
+    if note:
+        notes.append(note)
     return Choice(preset, rho, sigma, sigma / rho, spec["workload"]["requests"], spec["repeats"], cap, measured, peak,
                   budget, frame,
                   floor, q, q >= floor, wall, notes)
+
+
+def referee_note(sigma: float) -> str | None:
+    """What the ns-3 referee measured at real scale (sigma = 1) against a scaled emulation, at the
+    shipped size scale nearest this one: which figures survived the scaling there."""
+    if not EVIDENCE.exists():
+        return None
+    entries = json.loads(EVIDENCE.read_text())["entries"]
+    if not entries:
+        return None
+    e = min(entries, key=lambda x: abs(math.log(x["size_scale"] / sigma)))
+    fabs = e["fabrics"].values()
+    kv = max(max(f["kv_p50_gap"], f["kv_p99_gap"]) for f in fabs)
+    ratios = [f["max_queue_real_bytes"]["ns3"] / f["max_queue_real_bytes"]["emu"]
+              for f in fabs if f["max_queue_real_bytes"]["emu"] > 0]
+    where = "this size scale" if abs(math.log(e["size_scale"] / sigma)) < 0.1 else \
+        f"size_scale {e['size_scale']:.3g}, the nearest refereed"
+    q = f"max queue in real bytes {min(ratios):.2g}-{max(ratios):.2g}x the emulation's" if ratios else "no queue to compare"
+    return (f"ns-3 at real rates and sizes vs the emulation at {where} (zlab referee, run {e['run']}): KV completion "
+            f"p50/p99 within {100 * kv:.0f} %; {q}")
 
 
 def queue_faithful(exp, budget_s: float = 600.0, spec_path: str | None = None,

@@ -28,6 +28,7 @@ from ..emulation.calibrate import iperf3_udp
 from ..emulation.config import LabFailure
 from ..emulation.probes import LiveRun, prove_path
 from ..emulation.up import LiveFabric, Terminated, raise_terminated
+from ..errors import UserInputError
 from ..records import JsonLines, read_json, read_jsonl, write_json
 from .resolve import Experiment, FabricRun, Repeat
 
@@ -155,6 +156,11 @@ def replay(exp: Experiment, fr: FabricRun, rep: Repeat, lf: LiveFabric, live: Li
             agent.post(conn, msg.size_bytes, at_ns=t0 + int(t.t_post_s * 1e9),
                        meta={"req": t.req, "shard": t.shard, "real_bytes": msg.real_bytes})
         write_json(raw / "run_clock.json", {"t0_ns": t0, "messages": len(queue)})
+        # the schedule as posted (order, QP source ports, due times): what a referee replays
+        write_json(raw / "schedule.json", {"t0_ns": t0, "messages": [
+            {"src_port": msg.src_port, "dst_port": msg.dst_port, "sport": conn.sport, "size_bytes": msg.size_bytes,
+             "real_bytes": msg.real_bytes, "t_due_ns": int(t.t_post_s * 1e9), "req": t.req, "shard": t.shard}
+            for conn, msg, t in queue]}, sort_keys=False)
         if fp:
             injector = _start_injector(lf, t0, raw)
         if bar is not None:
@@ -268,6 +274,13 @@ def run_experiment(exp: Experiment, results_dir: str = "results", run_id: str | 
 
     from ..measure import report
 
+    ref = exp.spec["referee"]
+    if ref["scales"]:
+        from ..referee import binary
+
+        ok, what = binary.status()
+        if not ok:  # refuse before the emulation, not after it
+            raise UserInputError(f"referee.scales={ref['scales']} but the ns-3 referee is not available: {what}")
     run_id = run_id or f"run-{dt.datetime.now():%Y%m%d-%H%M%S}-{os.getpid()}"
     root = Path(results_dir) / run_id
     root.mkdir(parents=True, exist_ok=False)
@@ -300,4 +313,9 @@ def run_experiment(exp: Experiment, results_dir: str = "results", run_id: str | 
             except Exception as exc:  # noqa: BLE001 - the run's own failure is the one to report
                 log(f"[zlab] report of the failed run could not be built: {exc}")
     report.build(root)
+    if status == "complete" and ref["scales"]:
+        from ..referee.referee import referee
+
+        for scale in ref["scales"]:
+            referee(root, scale, requests=ref["real_requests"] if scale == "real" else None, log=log)
     return root, status

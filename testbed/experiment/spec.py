@@ -135,6 +135,9 @@ SCHEMA = {
             apm_timeouts=_n(1, 1, False, integer=True),
             # agent: a QP whose acknowledgements stop this long while data is outstanding records a stall
             stall_emulated_s=_n(0.05, 0)),
+        "referee": _section(  # replay the finished run in ns-3 (zlab referee); needs provision.sh --referee
+            scales={"type": "array", "items": {"enum": ["same", "real"]}, "uniqueItems": True, "default": []},
+            real_requests={"type": ["integer", "null"], "minimum": 1, "default": None}),
     },
 }
 

@@ -164,8 +164,9 @@ def collect() -> list[Check]:
     return checks
 
 
-def main(as_json: bool = False) -> int:
-    checks = collect()
+def main(as_json: bool = False, extra: list[Check] | None = None) -> int:
+    """extra: checks of optional parts from layers above the lab (e.g. the ns-3 referee)."""
+    checks = collect() + list(extra or [])
     blockers = [c for c in checks if c.status == "FAIL"]
     if as_json:
         print(json.dumps({"ok": not blockers, "checks": [asdict(c) for c in checks]}, indent=2))

@@ -81,5 +81,9 @@ def build(root: Path) -> dict:
                                                                    tables[lab][0])
                                             for lab, reps in datas.items() if fail_rows[lab]}, root / "plots"))
     write_json(root / "metrics.json", metrics, sort_keys=False)
-    (root / "report.md").write_text(markdown.markdown(run, exp, metrics, made))
+    text = markdown.markdown(run, exp, metrics, made)
+    referee = root / "referee" / "report.md"  # written by `zlab referee`; kept across report rebuilds
+    if referee.exists():
+        text += "\n" + referee.read_text()
+    (root / "report.md").write_text(text)
     return metrics

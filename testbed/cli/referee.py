@@ -1,0 +1,76 @@
+"""`zlab referee RUN`: replay a recorded run in ns-3 and say where the emulation agrees."""
+
+from __future__ import annotations
+
+import argparse
+from pathlib import Path
+
+from .output import print_json
+
+
+def cmd_referee(args) -> int:
+    from ..referee import referee as ref
+    from ..referee.scenario import SCALES
+
+    root = Path(args.run_dir)
+    log = (lambda *_: None) if args.json else print
+    scales = SCALES if args.scale == "both" else (args.scale,)
+    out, code = {}, 0
+    for scale in scales:
+        s = ref.referee(root, scale, requests=args.requests if scale == "real" or args.requests_same else None,
+                        repeats=args.repeats, hop_delay_ns=args.hop_delay_ns, log=log)
+        out[scale] = s
+        if scale == "same" and not s["verdict_link_model"]["agree"]:
+            code = 3
+    if args.json:
+        print_json(out)
+        return code
+    for scale, s in out.items():
+        print(f"\n{scale} scale ({'emulated' if scale == 'same' else 'real'} units), mean over repeats:")
+        unit, k = ("s", 1.0) if scale == "same" else ("ms", 1e3)
+        for label, f in s["fabrics"].items():
+            for key in ("kv_p50", "kv_p99"):
+                e, n = f[key]["emu_s"]["mean"], f[key]["ns3_s"]["mean"]
+                extra = ""
+                if scale == "same":
+                    a = f[key + "_link_model"]
+                    extra = f"   (less the link-model term: ns-3 {k * a['ns3_s']['mean']:.4g} {unit}, gap {100 * a['gap']:.1f} %)"
+                print(f"  {label:<8} {key.replace('kv_', 'KV '):<7} emulation {k * e:10.4g} {unit}   ns-3 {k * n:10.4g} {unit}"
+                      f"   gap {100 * f[key]['gap']:5.1f} %{extra}")
+            lk = f["links"]
+            print(f"  {label:<8} link bytes: {ref.links_text(lk)}")
+        if "kv_p99_ratio" in s:
+            r = s["kv_p99_ratio"]
+            print(f"  ZCube/ROFT KV p99 ratio: emulation {r['emu']:.3f}, ns-3 {r['ns3']:.3f} (gap {100 * r['gap']:.1f} %)")
+        if scale == "same":
+            for key, what in (("verdict", "ns-3 as it ran"), ("verdict_link_model", "less the link-model term")):
+                v = s[key]
+                print(f"  verdict, {what}: {'AGREE' if v['agree'] else 'DISAGREE'} "
+                      f"({', '.join(k for k, ok in v['checks'].items() if not ok) or 'every band met'})")
+    print(f"\nwritten: {root / 'referee'}/ (report section: {root / 'referee' / ref.SECTION})")
+    return code
+
+
+def add_commands(sub) -> None:
+    rf = sub.add_parser(
+        "referee", formatter_class=argparse.RawDescriptionHelpFormatter,
+        help="replay a recorded run in ns-3 (same fabric, flow entries, QPs, schedule) and compare",
+        description="Replay every fabric's repeats of a recorded run in ns-3 and compare with the emulation.\n"
+                    "same scale: the emulation's rates, sizes and times; bands: link bytes 2 %, KV p50/p99 15 %,\n"
+                    "ZCube/ROFT KV p99 ratio 20 %, judged on ns-3 less the link-model term (what its\n"
+                    "store-and-forward links add over the emulation's shaped veths; both verdicts are printed);\n"
+                    "exit 3 when a band is missed.\n"
+                    "real scale: real rates and sizes (sigma = 1), the emulation converted to real units.\n"
+                    "Needs the optional ns-3 referee: bash scripts/provision.sh --referee (zlab doctor says).")
+    rf.add_argument("run_dir", help="a run folder written by zlab run")
+    rf.add_argument("--scale", choices=("same", "real", "both"), required=True,
+                    help="same: emulated units; real: real rates and sizes; both")
+    rf.add_argument("--requests", type=int, metavar="N",
+                    help="real scale: replay only the first N requests of each repeat (ns-3 time grows with "
+                         "1/size_scale); default all")
+    rf.add_argument("--requests-same", action="store_true", help="apply --requests at the same scale too")
+    rf.add_argument("--repeats", type=int, metavar="K", help="only the first K repeats of each fabric (default all)")
+    rf.add_argument("--hop-delay-ns", type=int, default=0,
+                    help="propagation delay per link in ns-3 (default 0: the emulation's veths have none)")
+    rf.add_argument("--json", action="store_true", help="print the summaries as JSON")
+    rf.set_defaults(func=cmd_referee)

@@ -1,0 +1,211 @@
+"""Emulation vs ns-3, figure by figure, and the verdict against the agreement bands.
+
+Same scale (emulated units): per-link bytes, KV completion p50/p99 per fabric (per request: the
+last of its messages, counted from the planned release, as the report's on-time figure), the
+ZCube/ROFT ratio of KV p99, per-port max and p99 queue, drops.
+Real scale (real units): the emulation converted (times / dilation, bytes / size scale) against
+ns-3 at real rates and sizes: which figures survive the scaling.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+import pandas as pd
+
+from ..measure.stats import ci95 as mean_ci
+from ..measure.tables import ACK_FRAME_BYTES, FRAME_OVERHEAD_BYTES, RETH_BYTES, FabricData
+from .simulate import Result
+
+BANDS = {"link_bytes": 0.02, "kv_p50": 0.15, "kv_p99": 0.15, "kv_p99_ratio": 0.20}
+
+
+@dataclass
+class Pair:
+    """One fabric's repeat on both sides, in the scenario's units."""
+
+    label: str
+    repeat: int
+    scale: str
+    emu_kv_s: pd.Series  # per request
+    ns3_kv_s: pd.Series
+    emu_msg_s: pd.Series  # per message, completion from the planned release
+    ns3_msg_s: pd.Series
+    ns3_kv_adj_s: pd.Series  # less the link-model term (shaper_term): what an idle shaper passes at once
+    ns3_msg_adj_s: pd.Series
+    links: pd.DataFrame  # port, emu_bytes, ns3_bytes, error, error_beyond_frame
+    queues: pd.DataFrame  # port, emu_max/p99, ns3_max/p99 (bytes), and real-equivalent delay
+    drops_emu: int
+    drops_ns3: int
+    ns3_wall_s: float
+    ns3_end_s: float
+    frame_bytes: float  # one full frame in the scenario's bytes
+    emu_valid: bool | None  # the emulation's own fidelity verdict on this repeat (metrics.json)
+    subset: bool  # only some requests replayed: link totals are not comparable
+    xoff: dict  # the share of port-samples whose backlog stands for >= the XOFF in real bytes, both sides
+    notes: list
+
+
+def _emu_message_times(fd: FabricData, msgs: pd.DataFrame) -> pd.DataFrame:
+    """The emulation's messages in the referee's order (due time, then posting order)."""
+    em = fd.messages()
+    if em.empty:
+        return em
+    em = em.assign(t_due_rel_ns=em["t_due_ns"] - fd.t0_ns)
+    # on time: completion counted from the planned release, less the agent's release lateness
+    em["on_time_s"] = em["completion_s"]
+    return em.sort_values(["t_due_rel_ns", "msg_id"]).reset_index(drop=True)
+
+
+def pair(fd: FabricData, res: Result, xoff_real_bytes: float, emu_valid: bool | None = None) -> Pair:
+    sc = res.scenario
+    real = sc.scale == "real"
+    t_per_emu = 1.0 / fd.dilation if real else 1.0
+    b_per_emu = 1.0 / fd.size_scale if real else 1.0
+    em = _emu_message_times(fd, res.messages)
+    ns = res.messages
+    em = em[em["req"].isin(ns["req"].unique())]
+    emu_msg = em["on_time_s"] * t_per_emu
+    ns_msg = (ns["t_complete_ns"] - ns["t_due_ns"]) / 1e9
+    emu_kv = em.groupby("req")["on_time_s"].max() * t_per_emu
+    ns_kv = ns.assign(c=ns_msg).groupby("req")["c"].max()
+    rate = fd.port_rate_bps(ns["src_port"]) / (fd.rate_scale if real else 1.0)
+    ns_msg_adj = ns_msg - shaper_term(ns, rate, sc.payload_per_packet) if not real else ns_msg
+    ns_kv_adj = ns.assign(c=ns_msg_adj).groupby("req")["c"].max()
+    if len(em.groupby("req")) and (em.groupby("req").size() < ns.groupby("req").size().reindex(emu_kv.index)).any():
+        emu_kv = emu_kv[em.groupby("req").size() >= ns.groupby("req").size().reindex(emu_kv.index)]
+    lb = fd.link_bytes().set_index("port")
+    ports = list(lb.index)
+    nb = res.ports.set_index("port").reindex(ports)
+    links = pd.DataFrame({"port": ports, "emu_bytes": lb["measured_bytes"].to_numpy() * b_per_emu,
+                          "ns3_bytes": nb["tx_bytes"].fillna(0).to_numpy(dtype=float)})
+    diff = links["ns3_bytes"] - links["emu_bytes"]
+    base = links["emu_bytes"].clip(lower=1)
+    links["error"] = np.where(links["emu_bytes"] > 0, diff / base, np.nan)
+    frame = fd.burst_bytes * b_per_emu if not real else fd.burst_bytes / fd.size_scale
+    links["error_beyond_frame"] = np.where(links["emu_bytes"] > 0, (diff.abs() - frame).clip(lower=0) / base, np.nan)
+    queues, xoff = _queues(fd, res, ports, b_per_emu, real, xoff_real_bytes)
+    drops_emu = int(sum((fd.drops or {}).get("ovs_port_counters", {}).values())) if fd.drops else 0
+    return Pair(fd.label, fd.repeat, sc.scale, emu_kv, ns_kv, emu_msg.reset_index(drop=True), ns_msg, ns_kv_adj,
+                ns_msg_adj, links, queues,
+                drops_emu, int(res.ports["drops"].sum()), res.wall_s, float(res.summary["end_ns"]) / 1e9, frame, emu_valid,
+                len(res.messages) < fd.messages_posted, xoff,
+                list(sc.notes))
+
+
+def shaper_term(ns: pd.DataFrame, rate_bps, payload_per_packet: int) -> np.ndarray:
+    """Seconds a message's completion takes longer over serialising store-and-forward links (ns-3)
+    than over the emulation's links, hand-derived: an htb shaper whose bucket holds one frame passes
+    a frame that finds it idle at once (a veth has no serialisation), so on an otherwise idle path
+    the emulation skips the last frame's serialisation at the sender, the first frame's at each of
+    the `hops` switches, and the ACK's on each of the hops + 1 links back. Under load both sides
+    serialise, so this is the most the link models can differ by, per message."""
+    size = ns["size_bytes"].to_numpy(dtype=float)
+    n = np.maximum(1, np.ceil(size / payload_per_packet))
+    first = np.minimum(size, payload_per_packet) + FRAME_OVERHEAD_BYTES + RETH_BYTES
+    last = size - (n - 1) * payload_per_packet + FRAME_OVERHEAD_BYTES + np.where(n == 1, RETH_BYTES, 0)
+    hops = ns["hops"].to_numpy(dtype=float)
+    return (last + hops * first + (hops + 1) * ACK_FRAME_BYTES) * 8 / np.asarray(rate_bps, dtype=float)
+
+
+def _queues(fd: FabricData, res: Result, ports: list[str], b_per_emu: float, real: bool,
+            xoff_real_bytes: float) -> tuple[pd.DataFrame, dict]:
+    qs = fd.queue_samples()
+    end_s = (res.messages["t_complete_ns"].max() / 1e9) / (1.0 / fd.dilation if real else 1.0)
+    if not qs.empty:
+        qs = qs[(qs["t_s"] >= 0) & (qs["t_s"] <= end_s) & qs["port"].isin(ports)]
+    # the XOFF in the scenario's bytes (emulated at same scale, real at real scale)
+    thr = xoff_real_bytes if real else xoff_real_bytes * fd.size_scale
+    n_ns = float(res.summary["queue_samples"]) * len(ports)
+    ns_s = res.samples[res.samples["port"].isin(ports)]
+    xoff = {"xoff_real_bytes": xoff_real_bytes,
+            "emu_fraction": float((qs["backlog_bytes"] * b_per_emu >= thr).mean()) if not qs.empty else 0.0,
+            "ns3_fraction": float((ns_s["backlog_bytes"] >= thr).sum() / n_ns) if n_ns else 0.0}
+    emu = qs.groupby("port")["backlog_bytes"].agg(emu_max="max", emu_p99=lambda v: float(np.quantile(v, 0.99))) \
+        if not qs.empty else pd.DataFrame(columns=["emu_max", "emu_p99"])
+    ns = res.queue_stats(ports).set_index("port").rename(columns={"max_backlog_bytes": "ns3_max",
+                                                                   "p99_backlog_bytes": "ns3_p99"})
+    out = emu.reindex(ports).fillna(0.0) * b_per_emu
+    out = out.join(ns).reset_index().rename(columns={"index": "port"})
+    rate = fd.port_rate_bps(ports) / fd.rate_scale if real else fd.port_rate_bps(ports)
+    for side in ("emu", "ns3"):  # the real-equivalent queueing delay of the max (independent of sigma)
+        out[f"{side}_max_delay_real_s"] = out[f"{side}_max"] * 8 / rate / (1.0 if real else fd.dilation)
+    return out, xoff
+
+
+def _rel(a: float, b: float) -> float:
+    return abs(a - b) / abs(b) if b else (0.0 if a == b else float("inf"))
+
+
+def summarise(pairs: list[Pair]) -> dict:
+    """Per fabric: means over repeats with 95 % CIs on both sides and their relative gaps; the
+    ZCube/ROFT p99 ratio; link and queue agreement; a verdict per band (same scale)."""
+    out: dict = {"fabrics": {}, "bands": BANDS}
+    labels = list(dict.fromkeys(p.label for p in pairs))
+    for label in labels:
+        ps = [p for p in pairs if p.label == label]
+        f: dict = {"repeats": len(ps)}
+        for q, name in ((0.5, "kv_p50"), (0.99, "kv_p99")):
+            emu = [float(p.emu_kv_s.quantile(q)) for p in ps]
+            ns3 = [float(p.ns3_kv_s.quantile(q)) for p in ps]
+            f[name] = {"emu_s": mean_ci(emu), "ns3_s": mean_ci(ns3), "gap": _rel(np.mean(ns3), np.mean(emu)),
+                       "per_repeat_gap": [_rel(b, a) for a, b in zip(emu, ns3)]}
+        for q, name in ((0.5, "kv_p50_link_model"), (0.99, "kv_p99_link_model")):
+            emu = [float(p.emu_kv_s.quantile(q)) for p in ps]
+            ns3 = [float(p.ns3_kv_adj_s.quantile(q)) for p in ps]
+            f[name] = {"emu_s": mean_ci(emu), "ns3_s": mean_ci(ns3), "gap": _rel(np.mean(ns3), np.mean(emu))}
+        for q, name in ((0.5, "msg_p50"), (0.99, "msg_p99")):
+            emu = [float(p.emu_msg_s.quantile(q)) for p in ps]
+            ns3 = [float(p.ns3_msg_s.quantile(q)) for p in ps]
+            f[name] = {"emu_s": mean_ci(emu), "ns3_s": mean_ci(ns3), "gap": _rel(np.mean(ns3), np.mean(emu))}
+        f["emu_valid"] = [p.emu_valid for p in ps]
+        links = pd.concat([p.links for p in ps if not p.subset] or [ps[0].links.iloc[0:0]])
+        # ports that carried at least a frame: a few stray control frames (~70 B) are not replay traffic
+        carried = links[links["emu_bytes"] > ps[0].frame_bytes]
+        f["links"] = {"compared": int(len(carried)),
+                      "max_error": float(carried["error"].abs().max()) if len(carried) else None,
+                      "stray_emu_bytes": float(links.loc[links["emu_bytes"] <= ps[0].frame_bytes, "emu_bytes"].sum()),
+                      "max_error_beyond_frame": float(carried["error_beyond_frame"].max()) if len(carried) else None,
+                      "total_emu_bytes": float(links["emu_bytes"].sum()),
+                      "total_ns3_bytes": float(links["ns3_bytes"].sum()),
+                      "ns3_only_bytes": float(links.loc[links["emu_bytes"] == 0, "ns3_bytes"].sum())}
+        qs = pd.concat([p.queues for p in ps])
+        busy = qs[(qs["emu_max"] > 0) | (qs["ns3_max"] > 0)]
+        f["queues"] = {"ports_with_backlog": int(len(busy)),
+                       "emu_max_bytes": float(qs["emu_max"].max()), "ns3_max_bytes": float(qs["ns3_max"].max()),
+                       "emu_p99_bytes_max": float(qs["emu_p99"].max()), "ns3_p99_bytes_max": float(qs["ns3_p99"].max()),
+                       "emu_max_delay_real_s": float(qs["emu_max_delay_real_s"].max()),
+                       "ns3_max_delay_real_s": float(qs["ns3_max_delay_real_s"].max()),
+                       "max_gap_median": float(np.median([_rel(n, e) for e, n in zip(busy["emu_max"], busy["ns3_max"])]))
+                       if len(busy) else 0.0}
+        f["xoff"] = {"xoff_real_bytes": ps[0].xoff["xoff_real_bytes"],
+                     "emu_fraction": float(np.mean([p.xoff["emu_fraction"] for p in ps])),
+                     "ns3_fraction": float(np.mean([p.xoff["ns3_fraction"] for p in ps]))}
+        f["drops"] = {"emu": sum(p.drops_emu for p in ps), "ns3": sum(p.drops_ns3 for p in ps)}
+        f["ns3_wall_s"] = [p.ns3_wall_s for p in ps]
+        f["ns3_simulated_s"] = [p.ns3_end_s for p in ps]
+        out["fabrics"][label] = f
+    if "zcube" in out["fabrics"] and "roft" in out["fabrics"]:
+        z, r = out["fabrics"]["zcube"]["kv_p99"], out["fabrics"]["roft"]["kv_p99"]
+        emu_ratio, ns3_ratio = z["emu_s"]["mean"] / r["emu_s"]["mean"], z["ns3_s"]["mean"] / r["ns3_s"]["mean"]
+        out["kv_p99_ratio"] = {"emu": emu_ratio, "ns3": ns3_ratio, "gap": _rel(ns3_ratio, emu_ratio)}
+        z, r = out["fabrics"]["zcube"]["kv_p99_link_model"], out["fabrics"]["roft"]["kv_p99_link_model"]
+        adj = z["ns3_s"]["mean"] / r["ns3_s"]["mean"]
+        out["kv_p99_ratio_link_model"] = {"emu": emu_ratio, "ns3": adj, "gap": _rel(adj, emu_ratio)}
+    out["verdict"] = _verdict(out)
+    out["verdict_link_model"] = _verdict(out, "_link_model")
+    return out
+
+
+def _verdict(s: dict, suffix: str = "") -> dict:
+    """The bands on ns-3 as it ran (suffix ""), or less the link-model term ("_link_model")."""
+    checks = {}
+    for label, f in s["fabrics"].items():
+        if f["links"]["compared"]:
+            checks[f"{label} link bytes"] = bool(f["links"]["max_error_beyond_frame"] <= BANDS["link_bytes"])
+        checks[f"{label} KV p50"] = bool(f["kv_p50" + suffix]["gap"] <= BANDS["kv_p50"])
+        checks[f"{label} KV p99"] = bool(f["kv_p99" + suffix]["gap"] <= BANDS["kv_p99"])
+    if "kv_p99_ratio" + suffix in s:
+        checks["ZCube/ROFT KV p99 ratio"] = bool(s["kv_p99_ratio" + suffix]["gap"] <= BANDS["kv_p99_ratio"])
+    return {"checks": checks, "agree": all(checks.values())}

@@ -1,0 +1,536 @@
+// zlab-referee: replays one zlab run (fabric, flow entries, QPs, message schedule) in ns-3.
+//
+// Why a second implementation: the emulation's numbers come from OVS, htb and a Python agent on
+// a shared 2-core machine. This program shares none of that: ns-3's point-to-point devices
+// serialise frames and hold drop-tail queues, the switches apply the same OpenFlow entries the
+// controller installs (highest priority among ipv4_dst/mask + masked udp_src matches), and the
+// endpoints re-implement the transport's rules (RC WRITE, go-back-N, window, AckReq, coalesced
+// ACKs, one NAK per gap, RFC 6298 timeout with the agent's floor) from their description, not
+// from zlab's code. The input is a plain text file written by testbed/referee/scenario.py.
+//
+// Input lines (all units in the names: ns, bytes, bit/s):
+//   param <name> <value>
+//   node <id> <name> <gpu|switch>
+//   port <id> <node> <number> <name> <ip_u32> <rate_bps> <queue_pkts>
+//   link <port_a> <port_b>
+//   entry <node> <priority> <dst_u32> <mask_u32> <udp_value> <udp_mask> <out_port_number>
+//   qp <qp_id> <src_port_id> <dst_port_id> <udp_sport>
+//   msg <msg_id> <qp_id> <t_due_ns> <size_bytes>
+// Outputs in the output folder: messages.csv, ports.csv, queue_samples.csv, summary.txt.
+
+#include "ns3/core-module.h"
+#include "ns3/network-module.h"
+#include "ns3/point-to-point-module.h"
+
+#include <chrono>
+#include <cstdint>
+#include <deque>
+#include <fstream>
+#include <iostream>
+#include <map>
+#include <sstream>
+#include <string>
+#include <unordered_map>
+#include <vector>
+
+using namespace ns3;
+
+// ---- wire format --------------------------------------------------------------------------
+// The fields the endpoints and switches read; the packet is padded so that, with the 2-byte PPP
+// header ns-3 adds, it is exactly as long on the wire as the emulation's Ethernet frame.
+enum Op : uint8_t { DATA = 0, ACK = 1, NAK = 2 };
+
+class ZHeader : public Header {
+ public:
+  uint32_t src_ip = 0, dst_ip = 0, qp = 0;
+  uint16_t sport = 0;
+  uint8_t op = DATA, ackreq = 0, hops = 0;  // hops: switches crossed so far
+  uint64_t psn = 0;
+
+  static TypeId GetTypeId() {
+    static TypeId tid = TypeId("zlab::ZHeader").SetParent<Header>().AddConstructor<ZHeader>();
+    return tid;
+  }
+  TypeId GetInstanceTypeId() const override { return GetTypeId(); }
+  uint32_t GetSerializedSize() const override { return 4 + 4 + 4 + 2 + 1 + 1 + 1 + 8; }
+  void Serialize(Buffer::Iterator i) const override {
+    i.WriteHtonU32(src_ip); i.WriteHtonU32(dst_ip); i.WriteHtonU32(qp); i.WriteHtonU16(sport);
+    i.WriteU8(op); i.WriteU8(ackreq); i.WriteU8(hops); i.WriteHtonU64(psn);
+  }
+  uint32_t Deserialize(Buffer::Iterator i) override {
+    src_ip = i.ReadNtohU32(); dst_ip = i.ReadNtohU32(); qp = i.ReadNtohU32(); sport = i.ReadNtohU16();
+    op = i.ReadU8(); ackreq = i.ReadU8(); hops = i.ReadU8(); psn = i.ReadNtohU64();
+    return GetSerializedSize();
+  }
+  void Print(std::ostream& os) const override { os << "qp=" << qp << " psn=" << psn << " op=" << int(op); }
+};
+
+static const uint32_t PPP_HEADER_BYTES = 2;
+
+// ---- parameters ---------------------------------------------------------------------------
+struct Params {
+  uint64_t payload_per_packet = 4096;  // bytes of message data per packet
+  uint64_t frame_overhead_bytes = 58;  // Ethernet + IPv4 + UDP + BTH + ICRC
+  uint64_t reth_bytes = 16;            // on a message's first packet
+  uint64_t ack_frame_bytes = 62;
+  uint64_t window_pkts = 64;
+  uint64_t ackreq_every = 16;
+  uint64_t ack_coalesce = 16;
+  uint64_t rto_floor_ns = 200000000;   // the agent's RTO floor (also 4 windows at line rate)
+  uint64_t rto_max_ns = 2000000000;
+  uint64_t hop_delay_ns = 0;
+  uint64_t sample_period_ns = 10000000;
+  uint64_t deadline_ns = 0;            // stop here even if messages are pending
+};
+
+// ---- model --------------------------------------------------------------------------------
+struct Entry { int priority; uint32_t dst, mask; uint32_t uval, umask; int out_port; };
+
+struct PortInfo {
+  int id, node, number;
+  std::string name;
+  uint32_t ip;
+  uint64_t rate_bps, queue_pkts;
+  Ptr<PointToPointNetDevice> dev;
+  uint64_t tx_frames = 0, tx_bytes = 0, drops = 0;
+  uint64_t max_qlen_pkts = 0, max_backlog_bytes = 0;
+};
+
+struct Msg {
+  int id; uint64_t due_ns, size_bytes, n_packets = 0, first_psn = 0;
+  int64_t t_first_tx = -1, t_first_rx = -1, t_last_rx = -1, t_complete = -1;
+  uint64_t got_bytes = 0;
+  int hops = -1;  // switches the message's first packet crossed
+};
+
+struct QP;
+
+struct Nic {  // one GPU port: a line-rate pacer shared by its ACKs (first) and its QPs (round robin)
+  PortInfo* port = nullptr;
+  std::deque<Ptr<Packet>> ctrl;
+  std::vector<QP*> requesters;
+  size_t rr = 0;
+  bool busy = false;
+};
+
+struct QP {
+  int id; int src_port, dst_port; uint16_t sport;
+  // requester
+  std::deque<Msg*> pending;
+  uint64_t next_psn = 0, una = 0, high = 0, tail = 0;
+  int64_t last_progress = 0;
+  uint64_t rto_ns = 0, rto_base = 0, rto_min = 0;
+  double srtt = -1, rttvar = 0;
+  std::unordered_map<uint64_t, int64_t> rtt_probe;
+  uint64_t retransmits = 0, timeouts = 0, naks = 0, packets = 0;
+  bool timer_armed = false;
+  // responder
+  uint64_t epsn = 0, unacked = 0;
+  bool nak_outstanding = false;
+  std::deque<Msg*> rx_msgs;  // messages in PSN order, for the responder's assembly
+  uint64_t resp_naks = 0, duplicates = 0;
+};
+
+static Params P;
+static std::vector<PortInfo> ports;
+static std::map<int, std::string> node_name;
+static std::map<int, bool> node_is_switch;
+static std::map<int, Ptr<Node>> nodes;
+static std::map<int, std::vector<Entry>> tables;                     // switch node -> entries
+static std::map<int, std::map<int, int>> port_by_number;             // node -> number -> port id
+static std::unordered_map<uint64_t, int> route_cache;                // (node, dst, sport) -> port id
+static std::map<uint32_t, int> port_by_ip;
+static std::map<int, Nic> nics;                                      // port id -> NIC
+static std::vector<QP> qps;
+static std::vector<Msg> msgs;
+static std::map<Ptr<NetDevice>, int> port_of_dev;
+static uint64_t completed = 0, unroutable = 0, forwards = 0;
+
+static int64_t NowNs() { return Simulator::Now().GetNanoSeconds(); }
+
+static uint64_t FrameBytes(const Msg& m, uint64_t k) {
+  uint64_t off = k * P.payload_per_packet;
+  uint64_t chunk = m.size_bytes > off ? std::min(P.payload_per_packet, m.size_bytes - off) : 0;
+  return chunk + P.frame_overhead_bytes + (k == 0 ? P.reth_bytes : 0);
+}
+
+static Ptr<Packet> MakeFrame(const ZHeader& h, uint64_t frame_bytes) {
+  uint64_t body = frame_bytes - PPP_HEADER_BYTES - h.GetSerializedSize();
+  Ptr<Packet> p = Create<Packet>(body);
+  p->AddHeader(h);
+  return p;
+}
+
+static void Forward(int node, Ptr<Packet> p, ZHeader h);
+static void TryTransmit(int port_id);
+
+static bool SendOn(int port_id, Ptr<Packet> p) {
+  PortInfo& pi = ports[port_id];
+  return pi.dev->Send(p, pi.dev->GetBroadcast(), 0x0800);
+}
+
+// ---- switches -------------------------------------------------------------------------------
+static int Lookup(int node, uint32_t dst, uint16_t sport) {
+  uint64_t key = (uint64_t(node) << 48) ^ (uint64_t(dst) << 16) ^ sport;
+  auto it = route_cache.find(key);
+  if (it != route_cache.end()) return it->second;
+  const Entry* best = nullptr;
+  for (const Entry& e : tables[node]) {
+    if ((dst & e.mask) != (e.dst & e.mask)) continue;
+    if (e.umask && (sport & e.umask) != e.uval) continue;
+    if (!best || e.priority > best->priority) best = &e;
+  }
+  int out = -1;
+  if (best) {
+    auto pit = port_by_number[node].find(best->out_port);
+    if (pit != port_by_number[node].end()) out = pit->second;
+  }
+  route_cache[key] = out;
+  return out;
+}
+
+static void Forward(int node, Ptr<Packet> p, ZHeader h) {
+  int out = Lookup(node, h.dst_ip, h.sport);
+  if (out < 0) { unroutable++; return; }
+  forwards++;
+  p->RemoveHeader(h);
+  h.hops++;
+  p->AddHeader(h);
+  SendOn(out, p);  // a full queue drops here (counted by the device's MacTxDrop trace)
+}
+
+// ---- endpoints ------------------------------------------------------------------------------
+static bool HasData(const QP& q) { return q.tail > q.next_psn && q.next_psn - q.una < P.window_pkts; }
+
+static Msg* Locate(QP& q, uint64_t psn, uint64_t& k) {
+  for (Msg* m : q.pending) {
+    if (psn >= m->first_psn && psn < m->first_psn + m->n_packets) { k = psn - m->first_psn; return m; }
+  }
+  return nullptr;
+}
+
+static void ArmTimer(QP& q);
+
+static Ptr<Packet> NextData(QP& q, uint64_t& frame_bytes) {
+  uint64_t psn = q.next_psn, k = 0;
+  Msg* m = Locate(q, psn, k);
+  if (!m) return nullptr;
+  bool last = k == m->n_packets - 1;
+  bool ackreq = last || (psn % P.ackreq_every == P.ackreq_every - 1);
+  ZHeader h;
+  h.src_ip = ports[q.src_port].ip; h.dst_ip = ports[q.dst_port].ip; h.qp = q.id; h.sport = q.sport;
+  h.op = DATA; h.ackreq = ackreq; h.psn = psn;
+  frame_bytes = FrameBytes(*m, k);
+  if (psn < q.high) { q.retransmits++; q.rtt_probe.erase(psn); }
+  else { q.high = psn + 1; if (ackreq) q.rtt_probe[psn] = NowNs(); }
+  if (m->t_first_tx < 0) m->t_first_tx = NowNs();
+  q.next_psn = psn + 1;
+  q.packets++;
+  ArmTimer(q);
+  return MakeFrame(h, frame_bytes);
+}
+
+static void TxDone(int port_id) { nics[port_id].busy = false; TryTransmit(port_id); }
+
+static void TryTransmit(int port_id) {
+  Nic& n = nics[port_id];
+  if (n.busy) return;
+  Ptr<Packet> p;
+  uint64_t bytes = 0;
+  if (!n.ctrl.empty()) {
+    p = n.ctrl.front(); n.ctrl.pop_front(); bytes = p->GetSize() + PPP_HEADER_BYTES;
+  } else {
+    size_t cnt = n.requesters.size();
+    for (size_t i = 0; i < cnt && !p; i++) {
+      QP* q = n.requesters[(n.rr + i) % cnt];
+      if (!HasData(*q)) continue;
+      p = NextData(*q, bytes);
+      if (p) n.rr = (n.rr + i + 1) % cnt;
+    }
+  }
+  if (!p) return;
+  SendOn(port_id, p);
+  n.busy = true;  // the pacer: the next frame leaves one serialisation time later
+  double t = double(bytes) * 8.0 / double(n.port->rate_bps);
+  Simulator::Schedule(NanoSeconds(uint64_t(t * 1e9 + 0.5)), &TxDone, port_id);
+}
+
+static void RttSample(QP& q, int64_t rtt) {  // RFC 6298, floored by the agent's minimum
+  if (q.srtt < 0) { q.srtt = double(rtt); q.rttvar = rtt / 2.0; }
+  else {
+    q.rttvar = 0.75 * q.rttvar + 0.25 * std::abs(q.srtt - double(rtt));
+    q.srtt = 0.875 * q.srtt + 0.125 * double(rtt);
+  }
+  q.rto_base = std::max<uint64_t>(q.rto_min, uint64_t(q.srtt + 4 * q.rttvar));
+  q.rto_ns = std::max(q.rto_ns, q.rto_base);
+}
+
+static void Advance(QP& q, uint64_t acked_through) {
+  uint64_t new_una = acked_through + 1;
+  if (new_una <= q.una || new_una > q.high) return;  // stale or bogus
+  q.una = new_una;
+  if (q.next_psn < q.una) q.next_psn = q.una;
+  q.last_progress = NowNs();
+  q.rto_ns = q.rto_base;
+  for (auto it = q.rtt_probe.begin(); it != q.rtt_probe.end();) {
+    if (it->first < q.una) it = q.rtt_probe.erase(it); else ++it;
+  }
+  while (!q.pending.empty()) {
+    Msg* m = q.pending.front();
+    if (m->first_psn + m->n_packets - 1 > acked_through) break;
+    m->t_complete = NowNs();
+    q.pending.pop_front();
+    completed++;
+    if (completed == msgs.size()) Simulator::Stop();
+  }
+}
+
+static void OnTimer(int qid) {
+  QP& q = qps[qid];
+  q.timer_armed = false;
+  uint64_t outstanding = q.next_psn - q.una;
+  if (outstanding == 0 && q.una == q.tail) return;
+  if (outstanding > 0 && uint64_t(NowNs() - q.last_progress) >= q.rto_ns) {
+    q.timeouts++;
+    q.next_psn = q.una;
+    q.last_progress = NowNs();
+    q.rto_ns = std::min(2 * q.rto_ns, P.rto_max_ns);
+    TryTransmit(q.src_port);
+  }
+  ArmTimer(q);
+}
+
+static void ArmTimer(QP& q) {
+  if (q.timer_armed || q.next_psn == q.una) return;
+  q.timer_armed = true;
+  int64_t at = q.last_progress + int64_t(q.rto_ns);
+  Simulator::Schedule(NanoSeconds(std::max<int64_t>(at - NowNs(), 0)), &OnTimer, q.id);
+}
+
+static void OnAck(QP& q, const ZHeader& h) {
+  if (h.op == NAK) {
+    q.naks++;
+    if (h.psn >= q.una && q.high > h.psn) {
+      if (h.psn > 0) Advance(q, h.psn - 1);
+      q.next_psn = h.psn;
+    }
+  } else {
+    auto it = q.rtt_probe.find(h.psn);
+    if (it != q.rtt_probe.end()) { RttSample(q, NowNs() - it->second); q.rtt_probe.erase(it); }
+    Advance(q, h.psn);
+  }
+  ArmTimer(q);
+  TryTransmit(q.src_port);
+}
+
+static void SendCtrl(QP& q, Op op, uint64_t psn) {
+  ZHeader h;
+  h.src_ip = ports[q.dst_port].ip; h.dst_ip = ports[q.src_port].ip; h.qp = q.id; h.sport = q.sport;
+  h.op = op; h.psn = psn;
+  nics[q.dst_port].ctrl.push_back(MakeFrame(h, P.ack_frame_bytes));
+  TryTransmit(q.dst_port);
+}
+
+static void OnData(QP& q, const ZHeader& h, uint64_t frame_bytes) {
+  if (h.psn < q.epsn) { q.duplicates++; SendCtrl(q, ACK, q.epsn - 1); return; }
+  if (h.psn > q.epsn) {
+    if (!q.nak_outstanding) { q.nak_outstanding = true; q.resp_naks++; SendCtrl(q, NAK, q.epsn); }
+    return;
+  }
+  // in sequence: find the message this PSN belongs to (messages arrive in PSN order)
+  while (!q.rx_msgs.empty() && h.psn >= q.rx_msgs.front()->first_psn + q.rx_msgs.front()->n_packets)
+    q.rx_msgs.pop_front();
+  Msg* m = q.rx_msgs.empty() ? nullptr : q.rx_msgs.front();
+  q.epsn = h.psn + 1;
+  q.nak_outstanding = false;
+  q.unacked++;
+  bool done = false;
+  if (m) {
+    uint64_t k = h.psn - m->first_psn;
+    if (k == 0 && m->t_first_rx < 0) { m->t_first_rx = NowNs(); m->hops = h.hops; }
+    m->got_bytes += frame_bytes - P.frame_overhead_bytes - (k == 0 ? P.reth_bytes : 0);
+    if (k == m->n_packets - 1) { m->t_last_rx = NowNs(); done = true; }
+  }
+  if (h.ackreq || q.unacked >= P.ack_coalesce || done) { q.unacked = 0; SendCtrl(q, ACK, h.psn); }
+}
+
+static bool Receive(Ptr<NetDevice> dev, Ptr<const Packet> pkt, uint16_t, const Address&) {
+  int port_id = port_of_dev[dev];
+  int node = ports[port_id].node;
+  Ptr<Packet> p = pkt->Copy();
+  ZHeader h;
+  p->PeekHeader(h);
+  if (node_is_switch[node]) { Forward(node, p, h); return true; }
+  QP& q = qps[h.qp];
+  if (h.op == DATA) OnData(q, h, p->GetSize() + PPP_HEADER_BYTES);
+  else OnAck(q, h);
+  return true;
+}
+
+static void Post(int qid, int mid) {
+  QP& q = qps[qid];
+  Msg& m = msgs[mid];
+  m.n_packets = std::max<uint64_t>(1, (m.size_bytes + P.payload_per_packet - 1) / P.payload_per_packet);
+  m.first_psn = q.tail;
+  q.tail += m.n_packets;
+  if (q.pending.empty() || q.una == q.next_psn) q.last_progress = NowNs();
+  q.pending.push_back(&m);
+  q.rx_msgs.push_back(&m);
+  TryTransmit(q.src_port);
+}
+
+// ---- measurement ----------------------------------------------------------------------------
+static std::ofstream samples_out;
+static uint64_t n_samples = 0;
+
+static void Sample() {
+  n_samples++;
+  for (PortInfo& pi : ports) {
+    if (!node_is_switch[pi.node] || !pi.dev) continue;
+    Ptr<Queue<Packet>> q = pi.dev->GetQueue();
+    uint32_t pk = q->GetNPackets(), by = q->GetNBytes();
+    if (pk) samples_out << NowNs() << "," << pi.name << "," << by + pk * PPP_HEADER_BYTES << "," << pk << "\n";
+  }
+  if (completed < msgs.size()) Simulator::Schedule(NanoSeconds(P.sample_period_ns), &Sample);
+}
+
+static void OnPhyTx(int port_id, Ptr<const Packet> p) {
+  ports[port_id].tx_frames++;
+  ports[port_id].tx_bytes += p->GetSize();  // the PPP header is on the packet here: the frame length
+}
+static void OnDrop(int port_id, Ptr<const Packet>) { ports[port_id].drops++; }
+static void OnQueueBytes(int port_id, uint32_t, uint32_t now) {
+  PortInfo& pi = ports[port_id];
+  uint32_t pk = pi.dev->GetQueue()->GetNPackets();
+  uint64_t b = now + uint64_t(pk) * PPP_HEADER_BYTES;
+  if (b > pi.max_backlog_bytes) pi.max_backlog_bytes = b;
+  if (pk > pi.max_qlen_pkts) pi.max_qlen_pkts = pk;
+}
+
+// ---- input ----------------------------------------------------------------------------------
+[[noreturn]] static void Fail(const std::string& why) {
+  std::cerr << "zlab-referee: " << why << std::endl;
+  std::exit(2);
+}
+
+static void SetParam(const std::string& k, uint64_t v) {
+  std::map<std::string, uint64_t*> known = {
+      {"payload_per_packet", &P.payload_per_packet}, {"frame_overhead_bytes", &P.frame_overhead_bytes},
+      {"reth_bytes", &P.reth_bytes}, {"ack_frame_bytes", &P.ack_frame_bytes}, {"window_pkts", &P.window_pkts},
+      {"ackreq_every", &P.ackreq_every}, {"ack_coalesce", &P.ack_coalesce}, {"rto_floor_ns", &P.rto_floor_ns},
+      {"rto_max_ns", &P.rto_max_ns}, {"hop_delay_ns", &P.hop_delay_ns},
+      {"sample_period_ns", &P.sample_period_ns}, {"deadline_ns", &P.deadline_ns}};
+  auto it = known.find(k);
+  if (it == known.end()) Fail("unknown param " + k);
+  *it->second = v;
+}
+
+int main(int argc, char** argv) {
+  if (argc != 3) {
+    std::cerr << "usage: zlab-referee SCENARIO.txt OUT_DIR\n"
+                 "Replays a zlab run in ns-3; scenario files are written by `zlab referee`.\n";
+    return 2;
+  }
+  auto wall0 = std::chrono::steady_clock::now();
+  std::ifstream in(argv[1]);
+  if (!in) Fail(std::string("cannot read ") + argv[1]);
+  std::vector<std::pair<int, int>> links;
+  std::vector<std::pair<int, int>> posts;  // (qp, msg)
+  std::string line;
+  int lineno = 0;
+  while (std::getline(in, line)) {
+    lineno++;
+    if (line.empty() || line[0] == '#') continue;
+    std::istringstream s(line);
+    std::string kind;
+    s >> kind;
+    if (kind == "param") { std::string k; uint64_t v; s >> k >> v; SetParam(k, v); }
+    else if (kind == "node") {
+      int id; std::string name, role; s >> id >> name >> role;
+      node_name[id] = name; node_is_switch[id] = role == "switch"; nodes[id] = CreateObject<Node>();
+    } else if (kind == "port") {
+      PortInfo pi; s >> pi.id >> pi.node >> pi.number >> pi.name >> pi.ip >> pi.rate_bps >> pi.queue_pkts;
+      if (pi.id != int(ports.size())) Fail("port ids must be dense and in order (line " + std::to_string(lineno) + ")");
+      port_by_number[pi.node][pi.number] = pi.id;
+      ports.push_back(pi);
+    } else if (kind == "link") { int a, b; s >> a >> b; links.push_back({a, b}); }
+    else if (kind == "entry") {
+      int node; Entry e; s >> node >> e.priority >> e.dst >> e.mask >> e.uval >> e.umask >> e.out_port;
+      tables[node].push_back(e);
+    } else if (kind == "qp") {
+      QP q; int sport; s >> q.id >> q.src_port >> q.dst_port >> sport; q.sport = uint16_t(sport);
+      if (q.id != int(qps.size())) Fail("qp ids must be dense and in order");
+      qps.push_back(q);
+    } else if (kind == "msg") {
+      Msg m; int qid; s >> m.id >> qid >> m.due_ns >> m.size_bytes;
+      if (m.id != int(msgs.size())) Fail("msg ids must be dense and in order");
+      msgs.push_back(m); posts.push_back({qid, m.id});
+    } else Fail("unknown line kind '" + kind + "' at line " + std::to_string(lineno));
+    if (s.fail()) Fail("malformed line " + std::to_string(lineno) + ": " + line);
+  }
+  if (msgs.empty()) Fail("no messages to replay");
+
+  for (auto [a, b] : links) {
+    PortInfo &pa = ports.at(a), &pb = ports.at(b);
+    if (pa.rate_bps != pb.rate_bps) Fail("link " + pa.name + " - " + pb.name + " has two rates");
+    PointToPointHelper h;
+    h.SetDeviceAttribute("DataRate", DataRateValue(DataRate(pa.rate_bps)));
+    h.SetChannelAttribute("Delay", TimeValue(NanoSeconds(P.hop_delay_ns)));
+    NetDeviceContainer d = h.Install(nodes[pa.node], nodes[pb.node]);
+    pa.dev = DynamicCast<PointToPointNetDevice>(d.Get(0));
+    pb.dev = DynamicCast<PointToPointNetDevice>(d.Get(1));
+    for (PortInfo* pi : {&pa, &pb}) {
+      pi->dev->GetQueue()->SetMaxSize(QueueSize(QueueSizeUnit::PACKETS, pi->queue_pkts));
+      pi->dev->SetReceiveCallback(MakeCallback(&Receive));
+      port_of_dev[pi->dev] = pi->id;
+      pi->dev->TraceConnectWithoutContext("PhyTxBegin", MakeBoundCallback(&OnPhyTx, pi->id));
+      pi->dev->TraceConnectWithoutContext("MacTxDrop", MakeBoundCallback(&OnDrop, pi->id));
+      pi->dev->GetQueue()->TraceConnectWithoutContext("BytesInQueue", MakeBoundCallback(&OnQueueBytes, pi->id));
+    }
+  }
+  for (QP& q : qps) {
+    if (!ports.at(q.src_port).dev || !ports.at(q.dst_port).dev) Fail("qp " + std::to_string(q.id) + " uses an unlinked port");
+    // the agent's floor: max(rto_floor, draining four full windows at line rate)
+    uint64_t frame_bits = 8 * (P.payload_per_packet + P.frame_overhead_bytes + P.reth_bytes);
+    double four_windows = 4.0 * P.window_pkts * frame_bits / double(ports[q.src_port].rate_bps) * 1e9;
+    q.rto_ns = q.rto_base = q.rto_min = std::max<uint64_t>(P.rto_floor_ns, uint64_t(four_windows));
+    nics[q.src_port].port = &ports[q.src_port];
+    nics[q.dst_port].port = &ports[q.dst_port];
+    nics[q.src_port].requesters.push_back(&q);
+  }
+  for (auto [qid, mid] : posts) Simulator::Schedule(NanoSeconds(msgs[mid].due_ns), &Post, qid, mid);
+  std::string out = argv[2];
+  samples_out.open(out + "/queue_samples.csv");
+  samples_out << "t_ns,port,backlog_bytes,qlen_pkts\n";
+  Simulator::Schedule(NanoSeconds(0), &Sample);
+  if (P.deadline_ns) Simulator::Stop(NanoSeconds(P.deadline_ns));
+  Simulator::Run();
+  int64_t end_ns = NowNs();
+  Simulator::Destroy();
+  samples_out.close();
+  double wall_s = std::chrono::duration<double>(std::chrono::steady_clock::now() - wall0).count();
+
+  std::ofstream mo(out + "/messages.csv");
+  mo << "msg,qp,size_bytes,packets,t_due_ns,t_first_tx_ns,t_first_rx_ns,t_last_rx_ns,t_complete_ns,"
+        "received_bytes,hops,qp_retransmits,qp_timeouts,qp_naks\n";
+  for (Msg& m : msgs) {
+    int qid = -1;
+    for (auto [q, mm] : posts) if (mm == m.id) { qid = q; break; }
+    QP& q = qps[qid];
+    mo << m.id << "," << qid << "," << m.size_bytes << "," << m.n_packets << "," << m.due_ns << ","
+       << m.t_first_tx << "," << m.t_first_rx << "," << m.t_last_rx << "," << m.t_complete << ","
+       << m.got_bytes << "," << m.hops << "," << q.retransmits << "," << q.timeouts << "," << q.naks << "\n";
+  }
+  std::ofstream po(out + "/ports.csv");
+  po << "port,tx_frames,tx_bytes,drops,max_qlen_pkts,max_backlog_bytes\n";
+  for (PortInfo& pi : ports)
+    if (pi.dev) po << pi.name << "," << pi.tx_frames << "," << pi.tx_bytes << "," << pi.drops << ","
+                   << pi.max_qlen_pkts << "," << pi.max_backlog_bytes << "\n";
+  std::ofstream so(out + "/summary.txt");
+  so << "ns3_version 3.37\nmessages " << msgs.size() << "\ncompleted " << completed << "\nend_ns " << end_ns
+     << "\nwall_s " << wall_s << "\nswitch_forwards " << forwards << "\nunroutable " << unroutable
+     << "\nqueue_samples " << n_samples << "\nsample_period_ns " << P.sample_period_ns << "\n";
+  std::cout << "zlab-referee: " << completed << "/" << msgs.size() << " messages in " << end_ns / 1e9
+            << " s simulated, " << wall_s << " s wall\n";
+  return completed == msgs.size() ? 0 : 3;
+}

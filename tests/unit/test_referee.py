@@ -1,0 +1,145 @@
+"""The ns-3 referee offline: hand-worked cases on tiny scenarios (exact serialisation arithmetic,
+udp_src bucket routing, loss recovery), and the whole pipeline on a real recording (tests/data/
+mini-run): scenario built from the run folder's files, replayed, and compared within the bands.
+Needs the optional referee (provision.sh --referee, as CI runs it)."""
+
+import subprocess
+from pathlib import Path
+
+import pandas as pd
+import pytest
+
+from testbed.cli import main as zlab
+from testbed.errors import UserInputError
+from testbed.measure.tables import FabricData
+from testbed.records import read_json
+from testbed.referee import binary, compare, scenario, simulate
+
+MINI = Path(__file__).resolve().parents[1] / "data" / "mini-run"
+RATE = 8_000_000  # 1 byte per microsecond: hand arithmetic in µs
+
+
+def run_text(tmp_path, text: str) -> tuple[pd.DataFrame, pd.DataFrame, subprocess.CompletedProcess]:
+    exe = binary.build(log=lambda *_: None)
+    (tmp_path / "s.txt").write_text(text)
+    res = subprocess.run([str(exe), str(tmp_path / "s.txt"), str(tmp_path)], capture_output=True, text=True)
+    if res.returncode in (0, 3):
+        return pd.read_csv(tmp_path / "messages.csv"), pd.read_csv(tmp_path / "ports.csv"), res
+    return pd.DataFrame(), pd.DataFrame(), res
+
+
+def star(n_gpus: int, switch_queue: int = 1000) -> list[str]:
+    """n GPUs (ip = id + 1) on one switch s0, whose port k+1 faces GPU k."""
+    sw = n_gpus
+    lines = [f"node {g} g{g} gpu" for g in range(n_gpus)] + [f"node {sw} s0 switch"]
+    lines += [f"port {g} {g} 0 g{g}-p0 {g + 1} {RATE} 1000" for g in range(n_gpus)]
+    lines += [f"port {n_gpus + g} {sw} {g + 1} s0-p{g + 1} 0 {RATE} {switch_queue}" for g in range(n_gpus)]
+    lines += [f"link {g} {n_gpus + g}" for g in range(n_gpus)]
+    lines += [f"entry {sw} 1000 {g + 1} {0xFFFFFFFF} 0 0 {g + 1}" for g in range(n_gpus)]
+    return lines
+
+
+def test_one_message_through_one_switch_is_exact(tmp_path):
+    """4 packets (4,096 x 3 + 100 bytes): frames 4,170 (RETH), 4,154, 4,154, 158 bytes at 1 B/µs.
+    Store and forward delays the switch's copy by the first frame: the last byte arrives at
+    12,636 + 4,170 µs; its ACK (62 B) crosses two links: completion 16,930 µs after release."""
+    lines = star(2) + ["qp 0 0 1 50000", f"msg 0 0 1000000 {3 * 4096 + 100}"]
+    msgs, ports, res = run_text(tmp_path, "\n".join(lines) + "\n")
+    assert res.returncode == 0, res.stderr
+    m = msgs.iloc[0]
+    assert m.packets == 4 and m.received_bytes == 3 * 4096 + 100
+    assert m.t_first_tx_ns == 1_000_000
+    assert m.t_last_rx_ns - m.t_due_ns == 16_806_000
+    assert m.t_complete_ns - m.t_due_ns == 16_930_000
+    by = ports.set_index("port")
+    assert by.loc["g0-p0", "tx_bytes"] == 4170 + 2 * 4154 + 158
+    assert by.loc["s0-p2", "tx_bytes"] == 4170 + 2 * 4154 + 158
+    assert by.loc["s0-p1", "tx_bytes"] == 62 and by.loc["g1-p0", "tx_frames"] == 1
+
+
+def test_udp_source_port_picks_the_bucket(tmp_path):
+    """Two parallel cables s0 -> s1; s0's entries split by the lowest udp_src bit (as the
+    controller's ECMP buckets do): even source ports take port 2, odd ones port 3."""
+    lines = ["node 0 g0 gpu", "node 1 g1 gpu", "node 2 s0 switch", "node 3 s1 switch",
+             f"port 0 0 0 g0-p0 1 {RATE} 1000", f"port 1 1 0 g1-p0 2 {RATE} 1000",
+             f"port 2 2 1 s0-p1 0 {RATE} 1000", f"port 3 2 2 s0-p2 0 {RATE} 1000", f"port 4 2 3 s0-p3 0 {RATE} 1000",
+             f"port 5 3 1 s1-p1 0 {RATE} 1000", f"port 6 3 2 s1-p2 0 {RATE} 1000", f"port 7 3 3 s1-p3 0 {RATE} 1000",
+             "link 0 2", "link 3 5", "link 4 6", "link 1 7",
+             f"entry 2 1000 1 {0xFFFFFFFF} 0 0 1", f"entry 2 500 2 {0xFFFFFFFF} 0 0 2",
+             f"entry 2 600 2 {0xFFFFFFFF} 0 1 2", f"entry 2 600 2 {0xFFFFFFFF} 1 1 3",
+             f"entry 3 1000 2 {0xFFFFFFFF} 0 0 3", f"entry 3 1000 1 {0xFFFFFFFF} 0 0 1",
+             "qp 0 0 1 50000", "qp 1 0 1 50001", "msg 0 0 0 8192", "msg 1 1 0 4096"]
+    msgs, ports, res = run_text(tmp_path, "\n".join(lines) + "\n")
+    assert res.returncode == 0, res.stderr
+    by = ports.set_index("port")["tx_bytes"]
+    assert by["s0-p2"] == 4096 + 58 + 16 + 4096 + 58  # QP 0's two frames
+    assert by["s0-p3"] == 4096 + 58 + 16  # QP 1's one frame
+    assert by["s1-p1"] == 2 * 62  # both ACKs come back one way
+
+
+def test_overflow_drops_and_go_back_n_recovers(tmp_path):
+    """A 100-packet stream into a receiver port whose switch queue holds 2 frames, and an 8-packet
+    burst from a second sender joining it ten and a half frames in: frames are dropped, the
+    stream's later packets reveal the gap, the responder NAKs, the requester goes back to the
+    missing PSN, and every byte arrives."""
+    lines = star(3, switch_queue=2) + ["qp 0 0 2 50000", "qp 1 1 2 50001", f"msg 0 0 0 {100 * 4096}",
+                                       f"msg 1 1 {10 * 4154000 + 2077000} {8 * 4096}"]
+    msgs, ports, res = run_text(tmp_path, "\n".join(lines) + "\n")
+    assert res.returncode == 0, res.stderr
+    drops = ports.set_index("port").loc["s0-p3", "drops"]
+    assert drops > 0
+    stream = msgs.iloc[0]
+    assert stream.qp_naks >= 1 and stream.qp_retransmits > 0 and stream.qp_timeouts == 0
+    assert list(msgs["received_bytes"]) == [100 * 4096, 8 * 4096]
+    # the receiver's link carried every frame sent but not dropped, back to back at best
+    assert stream.t_complete_ns >= (100 + 8 + stream.qp_retransmits - drops) * 4154 * 1000
+
+
+def test_bad_scenario_fails_naming_the_line(tmp_path):
+    _, _, res = run_text(tmp_path, "\n".join(star(2) + ["bogus 1 2"]) + "\n")
+    assert res.returncode == 2 and "unknown line kind 'bogus'" in res.stderr
+    _, _, res = run_text(tmp_path, "\n".join(star(2)) + "\n")
+    assert res.returncode == 2 and "no messages" in res.stderr
+
+
+def test_scenario_reads_the_run_folder_files():
+    exp = read_json(MINI / "experiment.json")
+    sc = scenario.build(MINI / "roft", exp, 0, "same")
+    flows = read_json(MINI / "roft" / "flows.json")
+    text = sc.text.splitlines()
+    assert sum(ln.startswith("entry ") for ln in text) == sum(len(s["entries"]) for s in flows["switches"].values())
+    posted = read_json(MINI / "roft" / "raw" / "rep0" / "run_clock.json")["messages"]
+    assert sum(ln.startswith("msg ") for ln in text) == posted == len(sc.messages)
+    assert sum(ln.startswith("qp ") for ln in text) == sc.messages.groupby(["src_port", "dst_port"]).ngroups
+    rate_scale = read_json(MINI / "roft" / "run.json")["config"]["emulation"]["rate_scale"]
+    assert f" {int(round(400e9 * rate_scale))} 1000" in next(ln for ln in text if ln.startswith("port 0 "))
+    real = scenario.build(MINI / "roft", exp, 0, "real", requests=2)
+    assert real.messages["req"].nunique() == 2
+    assert real.messages["size_bytes"].sum() == real.messages["real_bytes"].sum()
+    with pytest.raises(UserInputError, match="scale must be"):
+        scenario.build(MINI / "roft", exp, 0, "half")
+
+
+def test_mini_run_agrees_with_ns3_within_the_bands(tmp_path):
+    """The recorded emulation against its ns-3 replay, same scale: the issue's bands."""
+    exp = read_json(MINI / "experiment.json")
+    pairs = []
+    for label in ("zcube", "roft"):
+        for rep in range(len(exp["fabrics"][label]["repeats"])):
+            sc = scenario.build(MINI / label, exp, rep, "same")
+            res = simulate.run(sc, tmp_path / label / str(rep), log=lambda *_: None)
+            assert res.messages["t_complete_ns"].notna().all()
+            pairs.append(compare.pair(FabricData(MINI / label, exp["fabrics"][label], rep), res, 800_000))
+    s = compare.summarise(pairs)
+    assert s["verdict"]["agree"], s["verdict"]
+    for f in s["fabrics"].values():
+        assert f["links"]["total_ns3_bytes"] == pytest.approx(f["links"]["total_emu_bytes"], rel=0.01)
+        assert f["drops"] == {"emu": 0, "ns3": 0}
+
+
+def test_cli_refuses_a_folder_that_is_not_a_run(tmp_path, capsys):
+    assert zlab(["referee", str(tmp_path), "--scale", "same"]) == 2
+    assert "not a zlab run folder" in capsys.readouterr().err
+    with pytest.raises(SystemExit) as exc:
+        zlab(["referee", str(tmp_path)])  # the scale is always said
+    assert exc.value.code == 2
