@@ -34,7 +34,8 @@ def entry(root: Path) -> dict:
         out["fabrics"][label] = {
             "kv_p50_gap": f["kv_p50"]["gap"], "kv_p99_gap": f["kv_p99"]["gap"],
             "same_kv_p99_gap": same["fabrics"][label]["kv_p99"]["gap"],
-            "link_bytes_total_gap": abs(f["links"]["total_ns3_bytes"] / f["links"]["total_emu_bytes"] - 1),
+            "link_bytes_total_gap": abs(f["links"]["total_ns3_bytes"] / f["links"]["total_emu_bytes"] - 1)
+            if f["links"]["compared"] else None,  # not compared when only some requests were replayed
             "max_queue_real_bytes": {"emu": q["emu_max_bytes"], "ns3": q["ns3_max_bytes"]},
             "max_queue_delay_real_s": {"emu": q["emu_max_delay_real_s"], "ns3": q["ns3_max_delay_real_s"]},
             "xoff_sample_fraction": {"emu": x["emu_fraction"], "ns3": x["ns3_fraction"]},

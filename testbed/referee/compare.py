@@ -177,8 +177,9 @@ def summarise(pairs: list[Pair]) -> dict:
                        "emu_p99_bytes_max": float(qs["emu_p99"].max()), "ns3_p99_bytes_max": float(qs["ns3_p99"].max()),
                        "emu_max_delay_real_s": float(qs["emu_max_delay_real_s"].max()),
                        "ns3_max_delay_real_s": float(qs["ns3_max_delay_real_s"].max()),
-                       "max_gap_median": float(np.median([_rel(n, e) for e, n in zip(busy["emu_max"], busy["ns3_max"])]))
-                       if len(busy) else 0.0}
+                       # symmetric (|a - b| / max(a, b)): a port one side never queued on counts as 100 %
+                       "max_gap_median": float(np.median([abs(n - e) / max(n, e) for e, n in
+                                                          zip(busy["emu_max"], busy["ns3_max"])])) if len(busy) else 0.0}
         f["xoff"] = {"xoff_real_bytes": ps[0].xoff["xoff_real_bytes"],
                      "emu_fraction": float(np.mean([p.xoff["emu_fraction"] for p in ps])),
                      "ns3_fraction": float(np.mean([p.xoff["ns3_fraction"] for p in ps]))}

@@ -131,7 +131,7 @@ def test_mini_run_agrees_with_ns3_within_the_bands(tmp_path):
             assert res.messages["t_complete_ns"].notna().all()
             pairs.append(compare.pair(FabricData(MINI / label, exp["fabrics"][label], rep), res, 800_000))
     s = compare.summarise(pairs)
-    assert s["verdict"]["agree"], s["verdict"]
+    assert s["verdict_link_model"]["agree"], s["verdict_link_model"]
     for f in s["fabrics"].values():
         assert f["links"]["total_ns3_bytes"] == pytest.approx(f["links"]["total_emu_bytes"], rel=0.01)
         assert f["drops"] == {"emu": 0, "ns3": 0}
