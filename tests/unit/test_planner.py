@@ -107,3 +107,28 @@ def test_the_default_rate_is_capped_by_a_slow_machines_capacity(capacity, capsys
     assert _resolved(str(spec), base).spec["emulation"]["rate_scale"] == default
     capacity(1e9)  # a fast machine: the tested preset stays as it is
     assert _resolved(None, base).spec["emulation"]["rate_scale"] == default
+
+
+def test_the_referee_evidence_nearest_the_size_scale_is_quoted(tmp_path, monkeypatch):
+    def fab(p50, p99, emu_s, ns3_s):
+        return {"kv_p50_gap": p50, "kv_p99_gap": p99, "max_queue_delay_real_s": {"emu": emu_s, "ns3": ns3_s},
+                "max_queue_real_bytes": {"emu": 1.0, "ns3": 1.0}}
+    evidence = tmp_path / "evidence.json"
+    evidence.write_text(json.dumps({"entries": [
+        {"run": "run-coarse", "size_scale": 2.5e-4, "fabrics": {"a": fab(0.02, 0.01, 6e-4, 2e-7),
+                                                                 "b": fab(0.23, 0.07, 1e-2, 9e-6)}},
+        {"run": "run-fine", "size_scale": 0.0209, "fabrics": {"a": fab(0.01, 0.004, 8e-6, 2e-7)}}]}))
+    monkeypatch.setattr(planner, "EVIDENCE", evidence)
+    coarse = planner.referee_note(2.5e-4)
+    assert "run run-coarse" in coarse and "at this size scale" in coarse and "within 23 %" in coarse
+    assert "10,000 µs emulated vs 9.0 µs real" in coarse and "do not survive" in coarse
+    fine = planner.referee_note(0.01)  # nearer 0.0209 than 2.5e-4 in log scale
+    assert "run run-fine" in fine and "nearest refereed" in fine and "within 1 %" in fine
+    monkeypatch.setattr(planner, "EVIDENCE", tmp_path / "missing.json")
+    assert planner.referee_note(2.5e-4) is None
+
+
+def test_the_shipped_referee_evidence_reaches_the_assessment(capacity):
+    exp = resolve(especs.load(None, []))
+    notes = planner.assess(exp).notes
+    assert any(n.startswith("ns-3 at real rates and sizes") for n in notes), notes

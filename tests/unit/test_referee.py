@@ -143,3 +143,14 @@ def test_cli_refuses_a_folder_that_is_not_a_run(tmp_path, capsys):
     with pytest.raises(SystemExit) as exc:
         zlab(["referee", str(tmp_path)])  # the scale is always said
     assert exc.value.code == 2
+
+
+def test_link_model_term_by_hand():
+    """The hand case above (3 x 4,096 + 100 bytes, one switch, 1 B/µs): an idle one-frame shaper
+    passes the last frame (158 B) at once, the switch's copy of the first frame (4,170 B) too, and
+    the ACK (62 B) on both links: 4,452 µs less than ns-3's 16,930 — 12,478 µs, exactly when the
+    pacer releases the last frame (4,170 + 2 x 4,154)."""
+    ns = pd.DataFrame({"size_bytes": [3 * 4096 + 100], "hops": [1]})
+    term = compare.shaper_term(ns, [RATE], 4096)
+    assert term[0] == pytest.approx(4452e-6)
+    assert 16_930e-6 - term[0] == pytest.approx((4170 + 2 * 4154) * 1e-6)
