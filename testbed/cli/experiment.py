@@ -82,6 +82,11 @@ def print_plan(exp) -> None:
                 cov = list(ffd["coverage"].values())
                 print(f"    fast-failover coverage   {100 * min(cov):.0f}-{100 * max(cov):.0f} % of the degraded-deliverable "
                       f"pairs per cable before the controller reacts; {len(ffd['rejected'])} cable(s) unprotected")
+    ref = exp.spec["referee"]
+    if ref["scales"]:
+        n = "all" if ref["real_requests"] is None else f"the first {ref['real_requests']}"
+        print(f"\nreferee: after the run, ns-3 replays every repeat at scale(s) {', '.join(ref['scales'])}"
+              + (f" ({n} requests at real scale)" if "real" in ref["scales"] else ""))
     if exp.scaling_choice:
         from ..experiment.planner import Choice, describe
 

@@ -182,7 +182,7 @@ def assess(exp, preset: str = "as given") -> Choice:
                      f"the fidelity guard to find the run CPU-bound; lower rate_scale to <= {rho * grow:.3g}")
     if q < floor:
         notes.append(f"queues not representable: XOFF {q:,.0f} real bytes < {FRAMES_PER_QUEUE} frames = {floor:,.0f} "
-                     f"real bytes at size_scale {sigma:g}; queue byte figures are qualitative (queueing delay is not). "
+                     f"real bytes at size_scale {sigma:g}; queue byte figures are qualitative. "
                      f"size_scale >= {FRAMES_PER_QUEUE * frame / q:.3g} represents it")
     note = referee_note(sigma)
     if note:
