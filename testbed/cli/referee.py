@@ -17,10 +17,12 @@ def cmd_referee(args) -> int:
     scales = SCALES if args.scale == "both" else (args.scale,)
     out, code = {}, 0
     for scale in scales:
+        what_if = {k: v for k, v in (("window_pkts", args.what_if_window_pkts),
+                                     ("payload_per_packet", args.what_if_payload_bytes)) if v is not None}
         s = ref.referee(root, scale, requests=args.requests if scale == "real" or args.requests_same else None,
-                        repeats=args.repeats, hop_delay_ns=args.hop_delay_ns, log=log)
+                        repeats=args.repeats, hop_delay_ns=args.hop_delay_ns, log=log, what_if=what_if)
         out[scale] = s
-        if scale == "same" and not s["verdict_link_model"]["agree"]:
+        if scale == "same" and not s["verdict_link_model"]["agree"] and not s["what_if"]:
             code = 3
     if args.json:
         print_json(out)
@@ -47,7 +49,13 @@ def cmd_referee(args) -> int:
                 v = s[key]
                 print(f"  verdict, {what}: {'AGREE' if v['agree'] else 'DISAGREE'} "
                       f"({', '.join(k for k, ok in v['checks'].items() if not ok) or 'every band met'})")
-    print(f"\nwritten: {root / 'referee'}/ (report section: {root / 'referee' / ref.SECTION})")
+    if any(s["what_if"] for s in out.values()):
+        print("\nWHAT-IF replay (not the transport's own parameters): " + ", ".join(
+            f"{k}={v}" for k, v in next(s["what_if"] for s in out.values()).items()))
+    if any(s["what_if"] for s in out.values()):
+        print(f"written: {', '.join(str(root / 'referee' / f'{sc}-whatif.json') for sc in out)} (the report is unchanged)")
+    else:
+        print(f"\nwritten: {root / 'referee'}/ (report section: {root / 'referee' / ref.SECTION})")
     return code
 
 
@@ -72,5 +80,10 @@ def add_commands(sub) -> None:
     rf.add_argument("--repeats", type=int, metavar="K", help="only the first K repeats of each fabric (default all)")
     rf.add_argument("--hop-delay-ns", type=int, default=0,
                     help="propagation delay per link in ns-3 (default 0: the emulation's veths have none)")
+    rf.add_argument("--what-if-window-pkts", type=int, metavar="N",
+                    help="replay with another transport window (packets) to see what a figure depends on; "
+                         "written to referee/<scale>-whatif.json, never over the real comparison")
+    rf.add_argument("--what-if-payload-bytes", type=int, metavar="B",
+                    help="replay with another payload per packet (bytes), e.g. the emulation's frame in real bytes")
     rf.add_argument("--json", action="store_true", help="print the summaries as JSON")
     rf.set_defaults(func=cmd_referee)

@@ -20,8 +20,9 @@ def fabric_labels(root: Path, exp: dict) -> list[str]:
 
 
 def referee(root: Path, scale: str, requests: int | None = None, repeats: int | None = None,
-            hop_delay_ns: int = 0, log=print) -> dict:
-    """Replay, compare, write; return the summary (see compare.summarise)."""
+            hop_delay_ns: int = 0, log=print, what_if: dict | None = None) -> dict:
+    """Replay, compare, write; return the summary (see compare.summarise). A what-if replay
+    (changed window or packet size) goes to referee/<scale>-whatif.json, never over the real one."""
     root = Path(root)
     if not (root / "experiment.json").exists():
         raise UserInputError(f"{root}: not a zlab run folder (no experiment.json)")
@@ -31,6 +32,7 @@ def referee(root: Path, scale: str, requests: int | None = None, repeats: int | 
         raise UserInputError(f"{root}: no fabric folders with fabric.json")
     if hop_delay_ns < 0:
         raise UserInputError(f"hop delay must be >= 0 ns (got {hop_delay_ns})")
+    name = f"{scale}-whatif" if what_if else scale
     metrics = read_json(root / "metrics.json") if (root / "metrics.json").exists() else {"fabrics": {}}
     pairs, t0 = [], time.monotonic()
     for label in labels:
@@ -42,8 +44,9 @@ def referee(root: Path, scale: str, requests: int | None = None, repeats: int | 
             if not (root / label / "raw" / f"rep{rep}" / "plan.json").exists():
                 log(f"[zlab] referee: {label} rep {rep} has no raw records; skipped")
                 continue
-            sc = scenario.build(root / label, exp, rep, scale, requests=requests, hop_delay_ns=hop_delay_ns)
-            res = simulate.run(sc, root / "referee" / scale / label / f"rep{rep}", log=log)
+            sc = scenario.build(root / label, exp, rep, scale, requests=requests, hop_delay_ns=hop_delay_ns,
+                                what_if=what_if)
+            res = simulate.run(sc, root / "referee" / name / label / f"rep{rep}", log=log)
             fd = FabricData(root / label, exp["fabrics"][label], rep)
             valid = next((r["fidelity"]["valid"] for r in metrics["fabrics"].get(label, {}).get("repeats", [])
                           if r["repeat"] == rep), None)
@@ -54,13 +57,14 @@ def referee(root: Path, scale: str, requests: int | None = None, repeats: int | 
     if not pairs:
         raise UserInputError(f"{root}: no repeat with raw records to referee")
     summary = compare.summarise(pairs)
-    summary.update({"scale": scale, "requests": requests, "hop_delay_ns": hop_delay_ns,
+    summary.update({"scale": scale, "requests": requests, "hop_delay_ns": hop_delay_ns, "what_if": what_if or {},
                     "wall_s": time.monotonic() - t0, "notes": sorted({n for p in pairs for n in p.notes}),
                     "dilation": {label: exp["fabrics"][label]["scaling"]["dilation"] for label in labels},
                     "size_scale": {label: exp["fabrics"][label]["scaling"]["size_scale"] for label in labels}})
-    write_json(root / "referee" / f"{scale}.json", summary)
-    (root / "referee" / SECTION).write_text(markdown(root))
-    _include_in_report(root)
+    write_json(root / "referee" / f"{name}.json", summary)
+    if not what_if:
+        (root / "referee" / SECTION).write_text(markdown(root))
+        _include_in_report(root)
     return summary
 
 

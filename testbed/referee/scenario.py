@@ -65,9 +65,11 @@ def schedule(fdir: Path, repeat: int) -> tuple[pd.DataFrame, str]:
 
 
 def build(fdir: Path, experiment: dict, repeat: int, scale: str, requests: int | None = None,
-          hop_delay_ns: int = 0, deadline_s: float | None = None) -> Scenario:
+          hop_delay_ns: int = 0, deadline_s: float | None = None, what_if: dict | None = None) -> Scenario:
     """The scenario of one fabric's repeat (experiment: the run's experiment.json). requests:
-    keep only the first N requests (at real scale the packet count grows by 1/size scale)."""
+    keep only the first N requests (at real scale the packet count grows by 1/size scale).
+    what_if: transport or packet parameters replaced on purpose (window_pkts, payload_per_packet),
+    to test what a figure depends on; named in the scenario's notes."""
     if scale not in SCALES:
         raise UserInputError(f"scale must be one of {', '.join(SCALES)} (got {scale!r})")
     fdir = Path(fdir)
@@ -100,6 +102,11 @@ def build(fdir: Path, experiment: dict, repeat: int, scale: str, requests: int |
               "sample_period_ns": int(spec["measurement"]["queue_sample_ms"] * 1e6 * t_factor)}
     if deadline_s is not None:
         params["deadline_ns"] = int(deadline_s * 1e9)
+    for k, v in (what_if or {}).items():
+        if k not in ("window_pkts", "payload_per_packet") or int(v) < 1:
+            raise UserInputError(f"what-if {k}={v}: only window_pkts and payload_per_packet (>= 1) can be replaced")
+        params[k] = int(v)
+        notes.append(f"WHAT-IF {k}={int(v)} (not the transport's own)")
     lines += [f"param {k} {int(v)}" for k, v in params.items()]
     lines += [f"node {n.id} {n.name} {n.role}" for n in fab.nodes]
     linked = fab.port_link

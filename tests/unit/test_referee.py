@@ -154,3 +154,22 @@ def test_link_model_term_by_hand():
     term = compare.shaper_term(ns, [RATE], 4096)
     assert term[0] == pytest.approx(4452e-6)
     assert 16_930e-6 - term[0] == pytest.approx((4170 + 2 * 4154) * 1e-6)
+
+
+def test_what_if_replays_are_named_and_kept_apart(tmp_path, capsys):
+    """A replay with another window is a question, not the comparison: it goes to its own file,
+    says WHAT-IF, leaves the real summary and report alone, and refuses unknown parameters."""
+    import shutil
+
+    run = tmp_path / "run"
+    shutil.copytree(MINI, run)
+    assert zlab(["referee", str(run), "--scale", "real", "--requests", "1", "--repeats", "1",
+                 "--what-if-window-pkts", "100000"]) == 0
+    assert "WHAT-IF replay" in capsys.readouterr().out
+    s = read_json(run / "referee" / "real-whatif.json")
+    assert s["what_if"] == {"window_pkts": 100000} and any(n.startswith("WHAT-IF") for n in s["notes"])
+    assert not (run / "referee" / "real.json").exists() and not (run / "referee" / "report.md").exists()
+    text = (run / "referee" / "real-whatif" / "zcube" / "rep0" / "scenario.txt").read_text()
+    assert "param window_pkts 100000\n" in text
+    with pytest.raises(UserInputError, match="only window_pkts and payload_per_packet"):
+        scenario.build(MINI / "roft", read_json(MINI / "experiment.json"), 0, "same", what_if={"rto_max_ns": 1})
