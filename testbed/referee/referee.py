@@ -32,14 +32,14 @@ def referee(root: Path, scale: str, requests: int | None = None, repeats: int | 
         raise UserInputError(f"{root}: no fabric folders with fabric.json")
     if hop_delay_ns < 0:
         raise UserInputError(f"hop delay must be >= 0 ns (got {hop_delay_ns})")
+    if repeats is not None and repeats < 1:
+        raise UserInputError(f"repeats must be >= 1 (got {repeats})")
     name = f"{scale}-whatif" if what_if else scale
     metrics = read_json(root / "metrics.json") if (root / "metrics.json").exists() else {"fabrics": {}}
     pairs, t0 = [], time.monotonic()
     for label in labels:
         n_rep = len(exp["fabrics"][label]["repeats"])
         reps = range(n_rep if repeats is None else min(repeats, n_rep))
-        if repeats is not None and repeats < 1:
-            raise UserInputError(f"repeats must be >= 1 (got {repeats})")
         for rep in reps:
             if not (root / label / "raw" / f"rep{rep}" / "plan.json").exists():
                 log(f"[zlab] referee: {label} rep {rep} has no raw records; skipped")
