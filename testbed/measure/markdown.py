@@ -34,7 +34,8 @@ COMPONENTS = [("prefill_wait", "prefill queue wait", "modelled (FIFO over planne
               ("first_decode_step", "first decode step", "modelled (constant)")]
 
 
-def _ci(c: dict, scale: float, fmt: str) -> str:
+def ci_text(c: dict, scale: float, fmt: str = "{:.2f}") -> str:
+    """A {mean, ci95} summary as "mean ± half-width" in `scale` units ("—" when there is no mean)."""
     if c["mean"] is None:
         return "—"
     s = fmt.format(c["mean"] * scale)
@@ -83,7 +84,7 @@ def markdown(run: dict, exp: dict, metrics: dict, plots: list[str]) -> str:
         sep += "---|---|"
     L += [head if head.endswith("|") else head + " |", sep]
     for key, name, scale, fmt in ROWS:
-        cells = [_ci(fabs[lab]["summary"][key], scale, fmt) for lab in labels]
+        cells = [ci_text(fabs[lab]["summary"][key], scale, fmt) for lab in labels]
         if cmp_:
             if key in cmp_:
                 cells += [_ratio(cmp_[key]), f"{cmp_[key]['a_better']} of {cmp_[key]['n']}"]

@@ -8,6 +8,7 @@ import time
 from pathlib import Path
 
 from ..errors import UserInputError
+from ..measure.markdown import ci_text
 from ..measure.tables import FabricData
 from ..records import read_json, write_json
 from . import compare, scenario, simulate
@@ -63,12 +64,13 @@ def referee(root: Path, scale: str, requests: int | None = None, repeats: int | 
                     "size_scale": {label: exp["fabrics"][label]["scaling"]["size_scale"] for label in labels}})
     write_json(root / "referee" / f"{name}.json", summary)
     if not what_if:
-        (root / "referee" / SECTION).write_text(markdown(root))
-        _include_in_report(root)
+        section = markdown(root)
+        (root / "referee" / SECTION).write_text(section)
+        _include_in_report(root, section)
     return summary
 
 
-def _include_in_report(root: Path) -> None:
+def _include_in_report(root: Path, section: str) -> None:
     """Put the section into the run's report.md now (report rebuilds include it themselves)."""
     report = root / "report.md"
     if not report.exists():
@@ -77,14 +79,7 @@ def _include_in_report(root: Path) -> None:
     head = "## Emulation vs ns-3 (independent referee)"
     if head in text:
         text = text[:text.index(head)].rstrip("\n") + "\n"
-    report.write_text(text + "\n" + (root / "referee" / SECTION).read_text())
-
-
-def _ci(c: dict, k: float, fmt: str = "{:.2f}") -> str:
-    if c["mean"] is None:
-        return "—"
-    s = fmt.format(c["mean"] * k)
-    return s + (f" ± {fmt.format(c['ci95'] * k)}" if c["ci95"] is not None else "")
+    report.write_text(text + "\n" + section)
 
 
 def markdown(root: Path) -> str:
@@ -131,8 +126,8 @@ def _same_section(s: dict) -> list[str]:
     for label, f in s["fabrics"].items():
         for key, name in (("kv_p50", "KV completion p50 (emulated s)"), ("kv_p99", "KV completion p99 (emulated s)")):
             a = f[key + "_link_model"]
-            out.append(f"| {label} {name} | {_ci(f[key]['emu_s'], 1, '{:.3f}')} | {_ci(f[key]['ns3_s'], 1, '{:.3f}')} "
-                       f"| {100 * f[key]['gap']:.1f} % | {_ci(a['ns3_s'], 1, '{:.3f}')} | {100 * a['gap']:.1f} % "
+            out.append(f"| {label} {name} | {ci_text(f[key]['emu_s'], 1, '{:.3f}')} | {ci_text(f[key]['ns3_s'], 1, '{:.3f}')} "
+                       f"| {100 * f[key]['gap']:.1f} % | {ci_text(a['ns3_s'], 1, '{:.3f}')} | {100 * a['gap']:.1f} % "
                        f"| {100 * s['bands'][key]:.0f} % |")
         out.append(f"| {label} link bytes | | | {links_text(f['links'])} | | | {100 * s['bands']['link_bytes']:.0f} % |")
         q = f["queues"]
@@ -154,7 +149,7 @@ def _real_section(s: dict) -> list[str]:
            "| mean ± 95 % CI over repeats | emulation → real | ns-3 real | gap |", "|---|---|---|---|"]
     for label, f in s["fabrics"].items():
         for key, name in (("kv_p50", "KV completion p50 (real ms)"), ("kv_p99", "KV completion p99 (real ms)")):
-            out.append(f"| {label} {name} | {_ci(f[key]['emu_s'], 1e3)} | {_ci(f[key]['ns3_s'], 1e3)} | "
+            out.append(f"| {label} {name} | {ci_text(f[key]['emu_s'], 1e3)} | {ci_text(f[key]['ns3_s'], 1e3)} | "
                        f"{100 * f[key]['gap']:.1f} % |")
         lk = f["links"]
         if lk["compared"]:
