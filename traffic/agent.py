@@ -372,7 +372,7 @@ class Agent:
         return {
             "qps": [{"qp": c.cid, "src": c.src.spec.name, "dst": c.dst.spec.name, "sport": c.sport,
                      "requester": qp(c.req.c), "responder": qp(c.resp.c), "home": list(c.home), "rto_min_ns": c.req.rto_min_ns, "stalls_ns": c.stalls,
-                     "migrations_ns": c.migrations, "open_since_ns": None if c.req.idle() else c.progress_ns}
+                     "repairs_ns": c.req.repairs_ns, "migrations_ns": c.migrations, "open_since_ns": None if c.req.idle() else c.progress_ns}
                     for c in self.conns],
             "ports": {n: vars(p.stats) for n, p in self.ports.items()},
             "agent_cpu_s": self.cpu_s,

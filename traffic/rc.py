@@ -71,6 +71,10 @@ class Requester:
         self.last_progress_ns = 0
         self.rtt_probe: dict[int, int] = {}  # AckReq PSN -> first send time (Karn: not resent)
         self.rtt_samples_ns: list[int] = []
+        # loss repairs: [t go-back-N began (NAK or timeout), t the PSN it went back to was acknowledged
+        # or None]; what tells a QP that lost frames to a failure from one that only queued behind it
+        self.repairs_ns: list[list[int | None]] = []
+        self._repair_psn: int | None = None
         self.rto_min_ns = rto_ns
         self.srtt_ns: float | None = None
         self.rttvar_ns = 0.0
@@ -156,7 +160,7 @@ class Requester:
             acked_through = psn_add(psn, -1)
             if psn_diff(psn, self.una) >= 0 and psn_diff(self.high, psn) > 0:
                 done = self._advance(acked_through, now_ns)
-                self.next_psn = psn
+                self._go_back(psn, now_ns)
             return done
         self.c.acks += 1
         t = self.rtt_probe.pop(psn, None)
@@ -177,11 +181,24 @@ class Requester:
         self.rto_base_ns = max(self.rto_min_ns, int(self.srtt_ns + 4 * self.rttvar_ns))
         self.rto_ns = max(self.rto_ns, self.rto_base_ns)
 
+    def _go_back(self, psn: int, now_ns: int) -> None:
+        """Resend from psn. A go-back during an open repair extends it to the furthest PSN gone back
+        to, rather than opening another."""
+        self.next_psn = psn
+        if self._repair_psn is None:
+            self.repairs_ns.append([now_ns, None])
+            self._repair_psn = psn
+        elif psn_diff(psn, self._repair_psn) > 0:
+            self._repair_psn = psn
+
     def _advance(self, acked_through: int, now_ns: int) -> list[Message]:
         new_una = psn_add(acked_through, 1)
         if psn_diff(new_una, self.una) <= 0 or psn_diff(self.high, new_una) < 0:
             return []  # stale or bogus
         self.una = new_una
+        if self._repair_psn is not None and psn_diff(new_una, self._repair_psn) > 0:
+            self.repairs_ns[-1][1] = now_ns
+            self._repair_psn = None
         if psn_diff(self.next_psn, self.una) < 0:
             self.next_psn = self.una
         self.last_progress_ns = now_ns
@@ -199,7 +216,7 @@ class Requester:
         """Retransmission timeout: nothing acknowledged for rto while packets are in flight."""
         if self.outstanding > 0 and now_ns - self.last_progress_ns >= self.rto_ns:
             self.c.timeouts += 1
-            self.next_psn = self.una
+            self._go_back(self.una, now_ns)
             self.last_progress_ns = now_ns
             self.rto_ns = min(2 * self.rto_ns, self.rto_max_ns)
             return True

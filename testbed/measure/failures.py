@@ -54,6 +54,30 @@ def _detour_ports(fd, doc: dict, state_links: list[int]) -> list[str]:
     return sorted(out)
 
 
+def qp_outcome(q: dict, t_fail: int, t_fixed: int, t_next: int) -> tuple[str, int | None]:
+    """How a failure treated one QP it hit: ("recovered", t_resumed), ("unrecovered", None) or
+    ("unhurt", None). q: the QP's counters (stalls_ns, repairs_ns, migrations_ns, open_since_ns).
+
+    The QP is hurt by the stall that spans the failure or began before its path was repaired (the
+    controller's install, or the QP's own move to its other port), and by a loss repair (go-back-N)
+    that began while the failure held: frames sent before the cut can still be acknowledged after the
+    repair, from deep queues on the surviving hops, so the gap the loss opens may start late and
+    never look like a stall of the failure. It resumed when the later of the two ended. Later stalls
+    without loss repair are congestion, not the failure."""
+    moved = [t for t in q.get("migrations_ns", []) if t >= t_fail]
+    t_q = moved[0] if moved else t_fixed
+    stall = next((s for s in q.get("stalls_ns", []) if s[1] > t_fail and s[0] < t_q), None)
+    repair = next((r for r in q.get("repairs_ns", []) if t_fail <= r[0] < t_next), None)
+    if repair is not None and repair[1] is None:
+        return "unrecovered", None
+    ends = [x[1] for x in (stall, repair) if x is not None]
+    if ends:
+        return "recovered", max(ends)
+    if q.get("open_since_ns") is not None and q["open_since_ns"] < t_next:
+        return "unrecovered", None
+    return "unhurt", None
+
+
 def events(fd, tables: dict) -> list[dict]:
     """One row per injected failure of this repeat (empty when the run injected none). tables: the
     repeat's tables as the report built them (messages, queue samples), not rebuilt here."""
@@ -92,14 +116,10 @@ def events(fd, tables: dict) -> list[dict]:
         t_fixed = max(r["t_ns"] for r in done) if done else t_next  # the fabric stops black-holing
         resumed, unrecovered, unhurt = [], 0, 0
         for q in hit:
-            # a QP is hurt by the stall that spans the failure, or that began before its path was repaired
-            # (the controller's install, or the QP's own move to its other port); later stalls are congestion
-            moved = [t for t in q.get("migrations_ns", []) if t >= t_fail]
-            t_q = moved[0] if moved else t_fixed
-            stall = next((s for s in q.get("stalls_ns", []) if s[1] > t_fail and s[0] < t_q), None)
-            if stall is not None:
-                resumed.append(stall[1])
-            elif q.get("open_since_ns") is not None and q["open_since_ns"] < t_next:
+            verdict, t = qp_outcome(q, t_fail, t_fixed, t_next)
+            if verdict == "recovered":
+                resumed.append(t)
+            elif verdict == "unrecovered":
                 unrecovered += 1
             else:
                 unhurt += 1

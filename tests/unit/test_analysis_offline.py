@@ -321,3 +321,31 @@ def test_retry_refuses_a_valid_run_and_an_unfixable_one(run, capsys):
 def test_rule_hypervisor_steal(run):
     _busy(_raw(run, "zcube") / "cpu.jsonl", "machine_steal_s", 0.5)
     assert any(r.startswith("CPU-bound: the hypervisor stole up to") for r in _reasons(run, "zcube"))
+
+
+MS = 1_000_000  # ns
+
+
+def _qp(stalls=(), repairs=(), moved=(), open_since=None):
+    return {"stalls_ns": [[a * MS, b * MS] for a, b in stalls],
+            "repairs_ns": [[a * MS, None if b is None else b * MS] for a, b in repairs],
+            "migrations_ns": [t * MS for t in moved], "open_since_ns": open_since}
+
+
+@pytest.mark.parametrize("q, want", [
+    # a CI run (zcube, cable za1-p5, failure at 0, last switch installed at 19.8 ms): the QP's ACKs moved at
+    # 35 ms for frames sent before the cut, so its loss gap (35 -> 558.7 ms) began after the repair; only its
+    # go-back-N while the failure held shows it was hurt
+    (_qp(stalls=[(-221.3, -20.7), (35.0, 558.7)]), ("unhurt", None)),
+    (_qp(stalls=[(-221.3, -20.7), (35.0, 558.7)], repairs=[(558.7, 600.2)]), ("recovered", 600.2)),
+    (_qp(stalls=[(-5.0, 80.0)]), ("recovered", 80.0)),  # the stall spans the failure
+    (_qp(stalls=[(-5.0, 80.0)], repairs=[(60.0, 70.0)]), ("recovered", 80.0)),  # the later of the two
+    (_qp(stalls=[(35.0, 300.0)], repairs=[(-50.0, -40.0)]), ("unhurt", None)),  # congestion; a repair before it
+    (_qp(repairs=[(40.0, None)]), ("unrecovered", None)),  # went back and never got through
+    (_qp(stalls=[(3.0, 40.0)], moved=[5.0]), ("recovered", 40.0)),  # host failover: before its own move
+    (_qp(open_since=10 * MS), ("unrecovered", None)),  # silent since before the failure ended
+])
+def test_how_a_failure_treated_a_qp(q, want):
+    from testbed.measure.failures import qp_outcome
+    verdict, t = qp_outcome(q, t_fail=0, t_fixed=int(19.8 * MS), t_next=10_000 * MS)
+    assert (verdict, None if t is None else t / MS) == (want[0], pytest.approx(want[1]) if want[1] else None)

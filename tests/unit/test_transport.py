@@ -134,6 +134,17 @@ def test_nak_and_go_back_n():
     assert psns[:5] == [0, 1, 2, 3, 4]
     assert 3 in psns[5:] and req.c.retransmits >= 1
     assert len(done) == 1 and resp.c.payload_bytes == 256 * 10  # every byte exactly once, in order
+    # one loss repair: opened by the NAK for PSN 4 (t=3: drain's clock skips the lost frame), closed when
+    # PSN 3 was acknowledged
+    (t0, t1), = req.repairs_ns
+    assert t0 == 3 and t1 > t0 and roce.psn_diff(req.una, 3) > 0
+
+
+def test_a_loss_free_transfer_records_no_repair():
+    req, resp = pair(mtu=256, ackreq_every=4)
+    req.post(msg(256 * 10), 0)
+    drain(req, resp)
+    assert req.repairs_ns == [] and req.c.retransmits == 0
 
 
 def test_integrity_of_reassembled_message():
@@ -167,6 +178,16 @@ def test_timeout_retransmits_from_oldest_unacked():
     again = req.next_frame(1000)
     assert roce.parse(again).psn == 0 and req.c.retransmits == 1
     assert again == frames[0]  # a go-back-N resend is the same packet
+    assert req.repairs_ns == [[1000, None]]  # open until PSN 0 is acknowledged
+    assert req.on_timer(3000) and req.repairs_ns == [[1000, None]]  # a second timeout extends it
+    reply, _ = resp.on_packet(roce.parse(again), 3500)
+    p = roce.parse(reply) if reply else None
+    if p is None:  # PSN 0 alone is not an AckReq: acknowledge through the message's last packet
+        for f in frames[1:]:
+            reply, _ = resp.on_packet(roce.parse(f), 3500)
+        p = roce.parse(reply)
+    req.on_ack(p.aeth[0], p.psn, 3600)
+    assert req.repairs_ns == [[1000, 3600]]
 
 
 def test_rto_follows_measured_rtt():
