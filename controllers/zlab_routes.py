@@ -51,20 +51,23 @@ def entry_match(parser, e: dict):
 
 
 def entry_mods(dp, delete: list[dict], add: list[dict], backup=None) -> list:
-    """FlowMods changing one switch's table in place: strict deletes, then adds (an add with an
-    existing match and priority overwrites its action). backup(entry) -> port or None: a
-    protected entry outputs through its fast-failover group instead (ff_groups)."""
+    """FlowMods changing one switch's table in place: adds, then strict deletes — make before break,
+    so a packet arriving mid-update always finds an old or a new route (deleting first dropped
+    frames of queue pairs whose route did not change, where ROFT re-divides its ECMP buckets).
+    An add with an existing match and priority overwrites its action; diff() never deletes a key it
+    adds. backup(entry) -> port or None: a protected entry outputs through its fast-failover group
+    instead (ff_groups)."""
     ofp, parser = dp.ofproto, dp.ofproto_parser
-    mods = [parser.OFPFlowMod(dp, cookie=COOKIE, cookie_mask=0xFFFFFFFFFFFFFFFF, command=ofp.OFPFC_DELETE_STRICT,
-                              priority=e["priority"], out_port=ofp.OFPP_ANY, out_group=ofp.OFPG_ANY,
-                              match=entry_match(parser, e)) for e in delete]
+    mods = []
     for e in add:
         b = backup(e) if backup is not None else None
         act = parser.OFPActionGroup(group_id(e["out_port"], b)) if b is not None else parser.OFPActionOutput(e["out_port"])
         out = [parser.OFPInstructionActions(ofp.OFPIT_APPLY_ACTIONS, [act])]
         mods.append(parser.OFPFlowMod(dp, cookie=COOKIE, priority=e["priority"], match=entry_match(parser, e),
                                       instructions=out))
-    return mods
+    return mods + [parser.OFPFlowMod(dp, cookie=COOKIE, cookie_mask=0xFFFFFFFFFFFFFFFF, command=ofp.OFPFC_DELETE_STRICT,
+                                     priority=e["priority"], out_port=ofp.OFPP_ANY, out_group=ofp.OFPG_ANY,
+                                     match=entry_match(parser, e)) for e in delete]
 
 
 def ff_groups(dp, pairs) -> list:

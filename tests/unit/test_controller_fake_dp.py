@@ -202,6 +202,47 @@ def test_port_down_installs_exactly_the_models_degraded_tables_and_back(failing_
         assert apply_mods(want, dp.sent) == healthy[sw], sw
 
 
+def _lookup(table: dict, ip: str, sport: int):
+    """The out port the highest-priority matching entry of an as_table()/apply_mods() table gives."""
+    import ipaddress
+    a = int(ipaddress.ip_address(ip))
+    hits = [(key[0], port) for key, port in table.items()
+            if a & int(ipaddress.ip_address(key[2])) == int(ipaddress.ip_address(key[1]))
+            and (key[3] is None or sport & key[3][1] == key[3][0])]
+    return max(hits, key=lambda h: h[0])[1] if hits else None
+
+
+@pytest.mark.parametrize("spec, target", [("zcube:n=4,gpus_per_server=4", "cable:za0,zb0"),
+                                          ("roft:gpus=16,gpus_per_server=4,segments=2", "cable:l0r0,sp0")])
+def test_reroute_is_make_before_break(failing_app, spec, target):
+    """After every single FlowMod of a reroute, each (destination, UDP source port) that has a route
+    both before and after still has one, on a port the old or the new table uses: a switch
+    applying the mods one by one never drops a frame whose route survives the failure."""
+    fab, doc, a, dps = failing_app(spec, [{"at_emulated_s": 1, "action": "down", "target": target}])
+    (state,) = doc["states"]
+    end = fab.ports[fab.links[state["down_links"][0]].a]
+    for dp in dps.values():
+        dp.sent.clear()
+    port_status(a, dps[fab.nodes[end.node].name], end.number, down=True)
+    ips = [p.ip for p in fab.ports if p.role == "nic"]
+    sports = range(49152, 49152 + 64)
+    changed = 0
+    for sw in state["switches"]:
+        old = as_table(flows_document(fab)["switches"][sw]["entries"])
+        new = as_table(state["switches"][sw])
+        table = dict(old)
+        for mod in dps[sw].sent:
+            table = apply_mods(table, [mod])
+            for ip in ips:
+                for sport in sports:
+                    before, after = _lookup(old, ip, sport), _lookup(new, ip, sport)
+                    if before is not None and after is not None:
+                        assert _lookup(table, ip, sport) in (before, after), (sw, ip, sport)
+        changed += table != old
+        assert table == new, sw
+    assert changed  # the failure did change tables
+
+
 def test_unplanned_failure_changes_nothing(failing_app):
     fab, doc, a, dps = failing_app("zcube:n=4,gpus_per_server=4",
                                    [{"at_emulated_s": 1, "action": "down", "target": "cable:za0,zb0"}])
