@@ -58,19 +58,20 @@ def qp_outcome(q: dict, t_fail: int, t_fixed: int, t_next: int) -> tuple[str, in
     """How a failure treated one QP it hit: ("recovered", t_resumed), ("unrecovered", None) or
     ("unhurt", None). q: the QP's counters (stalls_ns, repairs_ns, migrations_ns, open_since_ns).
 
-    The QP is hurt by the stall that spans the failure or began before its path was repaired (the
-    controller's install, or the QP's own move to its other port), and by a loss repair (go-back-N)
-    that began while the failure held: frames sent before the cut can still be acknowledged after the
-    repair, from deep queues on the surviving hops, so the gap the loss opens may start late and
-    never look like a stall of the failure. It resumed when the later of the two ended. Later stalls
-    without loss repair are congestion, not the failure."""
+    The failure's part is the stall that spans it or began before the QP's path was repaired (the
+    controller's install, or the QP's own move to its other port), and its loss repairs (go-back-N):
+    every one that began before the path was repaired (a gray failure loses frames again and again),
+    and the first after it — frames sent before the cut can still be acknowledged after the repair,
+    from deep queues on the surviving hops, so the NAK for the last loss may come late. The QP
+    resumed when the last of these ended. Later stalls without loss repair are congestion."""
     moved = [t for t in q.get("migrations_ns", []) if t >= t_fail]
     t_q = moved[0] if moved else t_fixed
     stall = next((s for s in q.get("stalls_ns", []) if s[1] > t_fail and s[0] < t_q), None)
-    repair = next((r for r in q.get("repairs_ns", []) if t_fail <= r[0] < t_next), None)
-    if repair is not None and repair[1] is None:
+    during = [r for r in q.get("repairs_ns", []) if t_fail <= r[0] < t_next]
+    repairs = [r for r in during if r[0] < t_q] + [r for r in during if r[0] >= t_q][:1]
+    if any(r[1] is None for r in repairs):
         return "unrecovered", None
-    ends = [x[1] for x in (stall, repair) if x is not None]
+    ends = [x[1] for x in [stall, *repairs] if x is not None]
     if ends:
         return "recovered", max(ends)
     if q.get("open_since_ns") is not None and q["open_since_ns"] < t_next:

@@ -342,6 +342,8 @@ def _qp(stalls=(), repairs=(), moved=(), open_since=None):
     (_qp(stalls=[(-5.0, 80.0)], repairs=[(60.0, 70.0)]), ("recovered", 80.0)),  # the later of the two
     (_qp(stalls=[(35.0, 300.0)], repairs=[(-50.0, -40.0)]), ("unhurt", None)),  # congestion; a repair before it
     (_qp(repairs=[(40.0, None)]), ("unrecovered", None)),  # went back and never got through
+    # a gray failure: losses again and again until the reroute (19.8 ms here), and one NAK after it
+    (_qp(repairs=[(2.0, 6.0), (9.0, 15.0), (25.0, 90.0), (400.0, 420.0)]), ("recovered", 90.0)),
     (_qp(stalls=[(3.0, 40.0)], moved=[5.0]), ("recovered", 40.0)),  # host failover: before its own move
     (_qp(open_since=10 * MS), ("unrecovered", None)),  # silent since before the failure ended
 ])
