@@ -105,6 +105,10 @@ def test_cable_failure_is_detected_rerouted_and_recovered(cables, label):
     root, exp, metrics = cables
     e, inj = common_checks(root, metrics, label)
     assert e["qps_recovered"] == e["qps_hit"]
+    # only the QPs whose path crossed the cable lost frames: the reroute itself (make before break) lost none
+    counters = json.loads((root / label / "raw" / "rep0" / "counters.json").read_text())
+    t_cut = next(r for r in inj if r["action"] == "down")["t_ns"]
+    assert sum(any(r[0] >= t_cut for r in q["repairs_ns"]) for q in counters["qps"]) == e["qps_hit"]
     assert e["detected_via"] == "port_status" and e["detection_s"] <= 0.2
     # confirmed independently: the kernel says the ends are down, both switches reported it
     first = next(r for r in inj if r["action"] == "down")
