@@ -140,3 +140,44 @@ def test_sigterm_tears_down(tmp_path):
     rest = p.communicate(timeout=60)[0]
     assert p.returncode == 0 and "torn down" in rest
     assert not {"sp0", "sp1", "l0r0"} & bridges()
+
+
+def test_controller_check_survives_a_hello_first(tmp_path):
+    """A controller that sends its OpenFlow HELLO the moment a connection opens, with a non-UTF-8
+    byte in the xid (what failed a CI run inside Mininet's own listening check): building the
+    controller node must not read the port at all."""
+    import socket
+    import threading
+
+    from testbed.emulation.network import _mininet
+
+    hello = b"\x04\x00\x00\x08\xa5\xec\xdcE"
+    srv = socket.socket()
+    srv.bind(("127.0.0.1", 0))
+    srv.listen(4)
+    accepted = []
+
+    def serve():
+        srv.settimeout(5)
+        try:
+            while True:
+                c, _ = srv.accept()
+                accepted.append(c)
+                c.sendall(hello)
+        except OSError:
+            pass
+
+    t = threading.Thread(target=serve, daemon=True)
+    t.start()
+    _, _, _, ZlabController, _ = _mininet()
+    c = ZlabController("c0", ip="127.0.0.1", port=srv.getsockname()[1])
+    try:
+        assert c.port == srv.getsockname()[1]
+        time.sleep(0.5)
+        assert accepted == []  # nothing connected to the controller's port
+    finally:
+        c.terminate()
+        srv.close()
+        t.join(10)
+        for s in accepted:
+            s.close()
