@@ -14,7 +14,11 @@ from pathlib import Path
 import jsonschema
 import yaml
 
+from traffic.workload import MAPPINGS, SCHEDULERS
+
+from ..emulation.failplan import ACTIONS, RECOVERY_MODES
 from ..errors import UserInputError
+from ..fabric.kinds import KINDS
 
 
 class ExperimentSpecError(UserInputError):
@@ -34,6 +38,11 @@ def _enum(default, *values):
     return {"enum": list(values), "default": default}
 
 
+def _split_policies() -> tuple[str, ...]:
+    """Every registered kind's port-split policies, in registration order (a single-port kind has none)."""
+    return tuple(dict.fromkeys(p for kind in KINDS.values() for p in kind.split_policies))
+
+
 def _section(**props):
     return {"type": "object", "additionalProperties": False, "properties": props, "default": {}}
 
@@ -43,7 +52,7 @@ FAILURE_EVENT = {
     "properties": {
         # emulated seconds after the replay's start (x 1/dilation = real seconds)
         "at_emulated_s": {"type": "number", "minimum": 0},
-        "action": {"enum": ["down", "up", "gray", "flap"]},
+        "action": {"enum": list(ACTIONS)},
         "target": {"type": "string", "pattern": "^(cable|switch):.+"},  # as in zlab load --fail
         "loss_percent": {"type": "number", "exclusiveMinimum": 0, "exclusiveMaximum": 100},  # gray only
         "duration_emulated_s": {"type": "number", "exclusiveMinimum": 0},  # gray: cleared after this long
@@ -90,9 +99,9 @@ SCHEMA = {
             tp=_n(4, 1, False, integer=True),
             prefill_instances=_n(2, 1, False, integer=True),
             decode_instances=_n(2, 1, False, integer=True),
-            mapping=_enum("rail-aligned", "rail-aligned", "rank-shifted", "random", "incast"),
-            scheduler=_enum("round-robin", "round-robin", "least-loaded"),
-            split=_enum("half", "half", "cons", "rail"),
+            mapping=_enum(MAPPINGS[0], *MAPPINGS),  # the enums come from the registries that use them
+            scheduler=_enum(SCHEDULERS[0], *SCHEDULERS),
+            split=_enum(_split_policies()[0], *_split_policies()),
             path_mtu=_enum(4096, 256, 512, 1024, 2048, 4096)),
         "measurement": _section(
             queue_sample_ms=_n(10, 0, maximum=10),
@@ -122,7 +131,7 @@ SCHEMA = {
             events={"type": "object", "default": {}, "additionalProperties": {"type": "array", "items": FAILURE_EVENT}},
             # fabric label -> controller | fast-failover | host | both | none (a fabric not named: controller)
             recovery={"type": "object", "default": {},
-                      "additionalProperties": {"enum": ["controller", "fast-failover", "host", "both", "none"]}},
+                      "additionalProperties": {"enum": list(RECOVERY_MODES)}},
             # the controller's failure detection: port status always; these set its link probes (gray failures)
             probe_hz=_n(10.0, 0),  # probes per second per switch-to-switch cable direction
             # a direction's last N probes, of which this many lost = gray (routed around); 5 of 20 ignores the

@@ -98,3 +98,17 @@ def test_the_exported_schema_validates_the_examples_and_rejects_a_misspelling():
 
 def test_the_default_example_is_the_built_in_default():
     assert especs.load(str(REPO / "docs" / "examples" / "default.yaml")) == especs.load(None)
+
+
+def test_the_spec_enums_are_the_registries():
+    """Values the spec accepts are the ones the code that uses them knows, never retyped."""
+    from testbed.emulation.failplan import ACTIONS, RECOVERY_MODES
+    from testbed.fabric.kinds import KINDS
+    from traffic.workload import MAPPINGS, SCHEDULERS
+
+    d = especs.SCHEMA["properties"]["deployment"]["properties"]
+    assert d["mapping"]["enum"] == list(MAPPINGS) and d["scheduler"]["enum"] == list(SCHEDULERS)
+    assert set(d["split"]["enum"]) == {p for k in KINDS.values() for p in k.split_policies}
+    f = especs.SCHEMA["properties"]["failures"]["properties"]
+    assert f["recovery"]["additionalProperties"]["enum"] == list(RECOVERY_MODES)
+    assert especs.FAILURE_EVENT["properties"]["action"]["enum"] == list(ACTIONS)
