@@ -65,3 +65,19 @@ def test_nothing_below_cli_takes_the_command_line():
             if isinstance(node, ast.ImportFrom) and node.module == "argparse" or "argparse" in names:
                 offenders.append(rel)
     assert not offenders
+
+
+def test_up_detached_starts_the_same_settings_in_its_child():
+    """`zlab up -d` re-runs `zlab up --no-cli` in a child: every setting must survive the trip."""
+    from dataclasses import replace
+
+    from testbed.cli.commands.up import child_argv, up_options
+
+    argv = ["up", "zcube:n=4", "-d", "--rate-scale", "2.5e-5", "--mtu", "9000", "--queue-pkts", "50",
+            "--datapath", "netdev", "--controller", "ryu", "--results", "/tmp/r", "--duration", "7.5"]
+    opts = up_options(build_parser().parse_args(argv))
+    assert opts.cfg.rate_scale == 2.5e-5 and opts.cfg.mtu_bytes == 9000 and opts.interactive
+    child = child_argv(opts, "up-x")
+    assert child[1:4] == ["-m", "testbed.cli", "up"]
+    again = up_options(build_parser().parse_args(child[3:]))
+    assert again == replace(opts, interactive=False, run_id="up-x")
