@@ -222,9 +222,6 @@ class Requester:
             return True
         return False
 
-    def next_timer_ns(self) -> int | None:
-        return self.last_progress_ns + self.rto_ns if self.outstanding > 0 else None
-
 
 @dataclass
 class Received:

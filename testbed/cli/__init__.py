@@ -1,5 +1,6 @@
-"""`zlab` command line: model commands (no root), lab commands (root, live fabrics) and
-experiment commands, each in its own module; one error policy here.
+"""`zlab` command line: one module per command under cli/commands/ (its `register(subparsers)`
+beside its `run(args)`), listed once in COMMANDS in the order `zlab -h` shows them; one error
+policy here. docs/development-cli.md says how to add a command.
 
 Exit codes: 0 ok; 1 runtime failure (one line with the cause and the log's path); 2 bad input
 (one line naming the field and what is allowed); 3 an experiment ran but a fabric's run is
@@ -12,8 +13,16 @@ import argparse
 import sys
 
 from ..errors import RuntimeFailure, UserInputError
-from . import experiment, lab, model, referee
-from .model import EPILOG_SPECS
+from .commands import (capture, clean, compare, controller, cost, destroy, doctor, fabric, inspect, layout, load,
+                       multiplane, referee, report, resilience, route, run, send, sweep, up, verify_paths,
+                       wiring_check)
+from .options import EPILOG_SPECS
+
+# lab (root, live fabrics), model (no root), experiment, referee: the order of `zlab -h`
+COMMANDS = (doctor, clean, up, inspect, destroy, controller, wiring_check, verify_paths, send, capture,
+            fabric, route, cost, load, resilience, layout, multiplane,
+            run, sweep, compare, report,
+            referee)
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -23,10 +32,8 @@ def build_parser() -> argparse.ArgumentParser:
                     "for prefill/decode-disaggregated LLM serving.",
         epilog=EPILOG_SPECS)
     sub = p.add_subparsers(dest="command", metavar="COMMAND", required=True)
-    lab.add_commands(sub)
-    model.add_commands(sub)
-    experiment.add_commands(sub)
-    referee.add_commands(sub)
+    for command in COMMANDS:
+        command.register(sub)
     return p
 
 

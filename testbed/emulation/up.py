@@ -10,6 +10,7 @@ import socket
 import subprocess
 import sys
 import time
+from dataclasses import dataclass
 from pathlib import Path
 
 from ..fabric import build_fabric
@@ -242,58 +243,32 @@ class LiveFabric:
                 self._old_sigterm = None
 
 
-def up_detached(args, timeout_s: float = 300.0) -> int:
-    """`zlab up -d`: the same `zlab up --no-cli` in its own session, returning once the fabric is
-    ready (its run.json says running) with the run's id and folder; a failed bring-up prints the
-    child's last lines and exits 1."""
-    from ..errors import RuntimeFailure
+@dataclass(frozen=True)
+class UpOptions:
+    """What `zlab up` asks for, typed, so this layer never sees the command line (the CLI fills
+    it; `zlab up -d`, which starts this in a child process, stays in the CLI)."""
 
-    run_id = runfolder.new_run_id("up")
-    argv = [sys.executable, "-m", "testbed.cli", "up", args.spec, "--no-cli", "--run-id", run_id,
-            "--rate-scale", repr(args.rate_scale), "--mtu", str(args.mtu), "--queue-pkts", str(args.queue_pkts),
-            "--datapath", args.datapath, "--controller", args.controller, "--results", args.results]
-    if args.duration:
-        argv += ["--duration", repr(args.duration)]
-    Path(args.results).mkdir(parents=True, exist_ok=True)
-    log_path = Path(args.results) / f"{run_id}.log"
-    with open(log_path, "w") as log:
-        child = subprocess.Popen(argv, stdin=subprocess.DEVNULL, stdout=log, stderr=subprocess.STDOUT,
-                                 start_new_session=True, cwd=os.getcwd())
-    run_json = Path(args.results) / run_id / "run.json"
-    deadline = time.monotonic() + timeout_s
-    while True:
-        if run_json.exists():
-            try:
-                if json.loads(run_json.read_text()).get("status") == "running":
-                    break
-            except ValueError:
-                pass  # being written
-        if child.poll() is not None:
-            tail = log_path.read_text().strip().splitlines()[-3:]
-            raise RuntimeFailure(f"zlab up -d: the fabric did not come up (exit {child.returncode}): "
-                                 f"{' | '.join(tail) or 'no output'}", str(log_path))
-        if time.monotonic() > deadline:
-            child.terminate()
-            raise RuntimeFailure(f"zlab up -d: not ready after {timeout_s:.0f} s; stopped it", str(log_path))
-        time.sleep(0.2)
-    print(f"[zlab] up (detached): {run_json.parent}  pid {child.pid}, log {log_path}")
-    print(f"[zlab] zlab inspect lists it; zlab destroy {run_id} tears it down")
-    return 0
+    spec: str
+    cfg: EmulationConfig = EmulationConfig()
+    results_dir: str = "results"
+    controller: str = "os-ken"
+    miswire: str | None = None  # None: cabled as designed; "auto" or "PORT1,PORT2": swapped on purpose
+    wiring_check: bool = False
+    interactive: bool = True  # the Mininet CLI; False: stay up until SIGTERM/Ctrl-C or duration_s
+    duration_s: float = 0.0  # not interactive: tear down after this long (0: never)
+    run_id: str | None = None
 
 
-def cmd_up(args) -> int:
-    if args.detach:
-        return up_detached(args)
-    cfg = EmulationConfig(rate_scale=args.rate_scale, mtu_bytes=args.mtu, queue_limit_pkts=args.queue_pkts,
-                          datapath=args.datapath)
-    with LiveFabric(args.spec, cfg, results_dir=args.results, miswire=args.miswire, controller=args.controller,
-                    run_id=args.run_id) as live:
-        if args.wiring_check or args.miswire is not None:
+def up(opts: UpOptions) -> int:
+    """Bring the fabric up, hold it (Mininet CLI, or until a signal or the duration), tear it down."""
+    with LiveFabric(opts.spec, opts.cfg, results_dir=opts.results_dir, miswire=opts.miswire,
+                    controller=opts.controller, run_id=opts.run_id) as live:
+        if opts.wiring_check or opts.miswire is not None:
             print(wiring.format_report(live.wiring_report()))
         print(f"[zlab] up: {live.dir}  (Ctrl-C or SIGTERM tears everything down)")
         sys.stdout.flush()
-        if args.no_cli:
-            deadline = time.monotonic() + args.duration if args.duration else None
+        if not opts.interactive:
+            deadline = time.monotonic() + opts.duration_s if opts.duration_s else None
             while deadline is None or time.monotonic() < deadline:
                 time.sleep(0.5)
         else:

@@ -14,7 +14,11 @@ from pathlib import Path
 import jsonschema
 import yaml
 
+from traffic.workload import MAPPINGS, SCHEDULERS
+
+from ..emulation.failplan import ACTIONS, RECOVERY_MODES
 from ..errors import UserInputError
+from ..fabric.kinds import KINDS
 
 
 class ExperimentSpecError(UserInputError):
@@ -34,6 +38,11 @@ def _enum(default, *values):
     return {"enum": list(values), "default": default}
 
 
+def _split_policies() -> tuple[str, ...]:
+    """Every registered kind's port-split policies, in registration order (a single-port kind has none)."""
+    return tuple(dict.fromkeys(p for kind in KINDS.values() for p in kind.split_policies))
+
+
 def _section(**props):
     return {"type": "object", "additionalProperties": False, "properties": props, "default": {}}
 
@@ -43,7 +52,7 @@ FAILURE_EVENT = {
     "properties": {
         # emulated seconds after the replay's start (x 1/dilation = real seconds)
         "at_emulated_s": {"type": "number", "minimum": 0},
-        "action": {"enum": ["down", "up", "gray", "flap"]},
+        "action": {"enum": list(ACTIONS)},
         "target": {"type": "string", "pattern": "^(cable|switch):.+"},  # as in zlab load --fail
         "loss_percent": {"type": "number", "exclusiveMinimum": 0, "exclusiveMaximum": 100},  # gray only
         "duration_emulated_s": {"type": "number", "exclusiveMinimum": 0},  # gray: cleared after this long
@@ -90,9 +99,9 @@ SCHEMA = {
             tp=_n(4, 1, False, integer=True),
             prefill_instances=_n(2, 1, False, integer=True),
             decode_instances=_n(2, 1, False, integer=True),
-            mapping=_enum("rail-aligned", "rail-aligned", "rank-shifted", "random", "incast"),
-            scheduler=_enum("round-robin", "round-robin", "least-loaded"),
-            split=_enum("half", "half", "cons", "rail"),
+            mapping=_enum(MAPPINGS[0], *MAPPINGS),  # the enums come from the registries that use them
+            scheduler=_enum(SCHEDULERS[0], *SCHEDULERS),
+            split=_enum(_split_policies()[0], *_split_policies()),
             path_mtu=_enum(4096, 256, 512, 1024, 2048, 4096)),
         "measurement": _section(
             queue_sample_ms=_n(10, 0, maximum=10),
@@ -122,7 +131,7 @@ SCHEMA = {
             events={"type": "object", "default": {}, "additionalProperties": {"type": "array", "items": FAILURE_EVENT}},
             # fabric label -> controller | fast-failover | host | both | none (a fabric not named: controller)
             recovery={"type": "object", "default": {},
-                      "additionalProperties": {"enum": ["controller", "fast-failover", "host", "both", "none"]}},
+                      "additionalProperties": {"enum": list(RECOVERY_MODES)}},
             # the controller's failure detection: port status always; these set its link probes (gray failures)
             probe_hz=_n(10.0, 0),  # probes per second per switch-to-switch cable direction
             # a direction's last N probes, of which this many lost = gray (routed around); 5 of 20 ignores the
@@ -141,6 +150,98 @@ SCHEMA = {
     },
 }
 
+
+# What each field means, for people: the generated reference (docs/reference/spec.md) and the
+# exported schema (zlab.schema.json, which editors show on hover) read these. A test checks that
+# every field has one.
+DESCRIPTIONS = {
+    "name": "the experiment's name, written into its run folder",
+    "seed": "first seed of every random draw; repeat k uses seed + k",
+    "repeats": "independent draws per fabric on the same built fabric (QP source ports, scheduler and mapping draws)",
+    "timeout_s": "wall-clock limit of one replay, seconds",
+    "controller": "framework running the zlab OpenFlow app: os-ken, or real Ryu from .venv-ryu",
+    "fabrics": "fabric label -> fabric spec (kind:key=value,...; `zlab fabric kinds` lists them); every fabric "
+               "replays the same schedule",
+    "emulation": "how the real cluster is scaled onto this machine",
+    "emulation.rate_scale": "emulated link rate = real rate x rate_scale",
+    "emulation.mtu_bytes": "MTU of every emulated link, bytes",
+    "emulation.queue_limit_pkts": "switch egress queue limit per port, packets",
+    "emulation.agent_socket_buffer_bytes": "the agent's packet-socket buffers (send and receive); too small and "
+                                           "frames die there",
+    "workload": "the trace replayed and how requests become KV-cache transfers",
+    "workload.trace": "azure-code (shipped), or a path to a CSV or Mooncake JSONL trace",
+    "workload.start_index": "first request of the trace replayed",
+    "workload.requests": "requests replayed per repeat",
+    "workload.model": "model preset (llama3-8b, llama3-70b, qwen2.5-coder-32b, glm-4.5, deepseek-v3, glm-5) or its "
+                      "shape {layers, kv_heads, head_dim, dtype_bytes} / MLA {kv_lora_rank, qk_rope_head_dim}",
+    "workload.size_scale": "emulated bytes = real bytes x size_scale (dilation = size_scale / rate_scale)",
+    "workload.offered_load": "mean KV traffic as a fraction of the prefill side's NIC capacity (exactly one of "
+                             "offered_load and load_factor)",
+    "workload.load_factor": "compress the trace's arrivals by this factor instead of giving offered_load",
+    "workload.prefix_reuse": "Mooncake traces: a block the decode instance already holds does not move",
+    "workload.prefill_overhead_s": "fixed prefill time per request, seconds (an assumption)",
+    "workload.prefill_tokens_per_s": "prefill rate per P instance, tokens/s (an assumption, high so that the network "
+                                     "limits)",
+    "workload.first_decode_step_s": "time of the first decode step, seconds (an assumption)",
+    "deployment": "where prefill (P) and decode (D) instances sit and how KV shards map between them",
+    "deployment.tp": "tensor-parallel GPUs per instance",
+    "deployment.prefill_instances": "P instances (on the first servers)",
+    "deployment.decode_instances": "D instances (on the last servers)",
+    "deployment.mapping": "KV shard mapping from P ranks to D ranks",
+    "deployment.scheduler": "how requests are assigned to instances",
+    "deployment.split": "port-split policy of a multi-port fabric kind (a single-port kind ignores it)",
+    "deployment.path_mtu": "RoCE path MTU, bytes (4096 needs a link MTU of 9000)",
+    "measurement": "what is sampled, and the fidelity guard's limits (a run beyond them is INVALID)",
+    "measurement.queue_sample_ms": "switch queue sampling period, emulated ms",
+    "measurement.xoff_real_bytes": "the PFC stand-in's XOFF threshold, real bytes (x size_scale = emulated bytes)",
+    "measurement.util_window_ms": "window of the link-utilisation figures, emulated ms",
+    "measurement.calibrate": "measure every path's goodput with iperf3 before the replays",
+    "measurement.max_cpu_fraction": "largest share of a core ovs-vswitchd or the agent may use",
+    "measurement.max_machine_cpu_fraction": "largest share of the machine's cores in use",
+    "measurement.max_steal_fraction": "largest share of the cores the hypervisor may steal in any ~250 ms interval",
+    "measurement.steal_retakes": "times a repeat voided by steal alone is re-taken (the voided one stays on disk)",
+    "measurement.max_late_sample_fraction": "largest share of queue samples that may come late",
+    "measurement.min_calibration_ratio": "smallest calibrated goodput as a share of a path's configured rate",
+    "measurement.max_carried_util": "largest carried link utilisation (above 1: the shaper leaked)",
+    "measurement.max_lateness_shift": "how far the agent's late releases may move KV p50/p99",
+    "measurement.max_link_bytes_error": "largest error of link bytes against the plan",
+    "measurement.controller_stats_interval_s": "the controller's flow and port statistics period, seconds",
+    "measurement.lldp_interval_s": "LLDP period during replays, seconds (0: none)",
+    "failures": "timed failures injected during every replay, and how each fabric recovers",
+    "failures.events": "fabric label -> list of events",
+    "failures.recovery": "fabric label -> recovery mode (a fabric not named: controller)",
+    "failures.probe_hz": "link probes per second per switch-to-switch cable direction",
+    "failures.probe_window": "a direction's last N probes considered",
+    "failures.probe_min_lost": "probes of the window lost to call a direction gray (routed around)",
+    "failures.probe_timeout_s": "a probe not back by then is lost, seconds",
+    "failures.poll_s": "the controller's port-state poll, seconds",
+    "failures.apm_timeouts": "host recovery: timeouts without progress before a QP moves to its GPU's other port",
+    "failures.stall_emulated_s": "a QP whose acknowledgements stop this long with data outstanding records a stall",
+    "referee": "replay the finished run in ns-3 (zlab referee); needs provision.sh --referee",
+    "referee.scales": "same (the emulation's units) and/or real (real rates and sizes)",
+    "referee.real_requests": "real scale: replay only the first N requests (null: all)",
+}
+EVENT_DESCRIPTIONS = {
+    "at_emulated_s": "emulated seconds after the replay's start (x 1/dilation = real seconds)",
+    "action": "down, up, gray (silent random loss) or flap",
+    "target": "cable:PORT, cable:NODE1,NODE2, cable:busiest or switch:NAME (as in zlab load --fail)",
+    "loss_percent": "gray only: the share of frames lost",
+    "duration_emulated_s": "gray: cleared after this long",
+    "period_emulated_s": "flap: one down + up cycle",
+    "count": "flap: cycles",
+}
+
+
+def _describe(schema: dict, texts: dict, prefix: str = "") -> None:
+    for key, prop in schema.get("properties", {}).items():
+        path = prefix + key
+        if path in texts:
+            prop["description"] = texts[path]
+        _describe(prop, texts, path + ".")
+
+
+_describe(SCHEMA, DESCRIPTIONS)
+_describe(FAILURE_EVENT, EVENT_DESCRIPTIONS)
 
 def defaults(schema: dict = SCHEMA) -> dict:
     """The default spec, read off the schema."""

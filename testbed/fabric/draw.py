@@ -13,8 +13,12 @@ from .model import Fabric
 from .params import SpecError
 
 MAX_DRAW_GPUS = 256
-COLOURS = {"gpu": "#9ecae1", "A": "#fdae6b", "B": "#a1d99b", "leaf": "#fdae6b", "spine": "#bcbddc",
-           "agg": "#a1d99b", "core": "#bcbddc"}
+GPU_COLOUR = "#9ecae1"
+
+
+def _colour(fab: Fabric, node) -> str:
+    """GPUs one colour; a switch its group's, as its kind declares it."""
+    return GPU_COLOUR if node.role == "gpu" else kind_of(fab).switch_group(node.group).colour
 
 
 def _check_size(fab: Fabric) -> None:
@@ -30,7 +34,7 @@ def to_dot(fab: Fabric) -> str:
         lines.append(f"  {{ rank=same; {names} }}")
     for n in fab.nodes:
         shape = "box" if n.role == "switch" else "ellipse"
-        lines.append(f'  "{n.name}" [shape={shape}, fillcolor="{COLOURS[n.group]}"];')
+        lines.append(f'  "{n.name}" [shape={shape}, fillcolor="{_colour(fab, n)}"];')
     for l in fab.links:
         a, b = fab.ports[l.a], fab.ports[l.b]
         style = "dashed" if l.medium == "copper" else "solid"
@@ -72,7 +76,7 @@ def to_png(fab: Fabric, path: str) -> None:
         ax.plot([x1, x2], [y1, y2], color=colour, lw=0.6, alpha=0.7, ls="--" if l.medium == "copper" else "-")
     for n in fab.nodes:
         x, y = pos[n.id]
-        ax.scatter([x], [y], s=220 if n.role == "switch" else 90, c=COLOURS[n.group],
+        ax.scatter([x], [y], s=220 if n.role == "switch" else 90, c=_colour(fab, n),
                    marker="s" if n.role == "switch" else "o", edgecolors="black", linewidths=0.5, zorder=3)
         ax.annotate(n.name, (x, y), textcoords="offset points", xytext=(0, -12 if n.role == "gpu" else 9),
                     ha="center", fontsize=6 if n.role == "gpu" else 7)

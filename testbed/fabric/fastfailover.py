@@ -96,8 +96,7 @@ def _holds(fab: Fabric, H: Tables, D: Tables, cable: int, mine, transit) -> floa
                 index[new] = n_ports + len(groups)
                 groups.append(new)
             ng[r, a] = index[new]
-    # the down cable's ports lead nowhere: a walk that still uses them fails
-    link = fab.links[cable]
+    # the down cable's ports lead nowhere: a walk that still uses them fails (checked below)
     F = Tables(fab, ng, groups)
     gp = fab.n_gpus * fab.ports_per_gpu
     src, dst = np.meshgrid(np.arange(gp), np.arange(gp), indexing="ij")

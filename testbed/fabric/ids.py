@@ -2,32 +2,37 @@
 
 Why: the Mininet builder, the controller and the analysis must agree on every dpid, MAC, IP
 and interface name without sharing state; computing them from coordinates makes that free.
+What is kind-specific — a kind's switch groups (names, dpid codes) and the address plane of
+each GPU port role — each kind declares in its own module (zcube.py, roft.py); the rules that
+turn them into identifiers are here.
 """
 
 from __future__ import annotations
 
 import ipaddress
+from dataclasses import dataclass
 
 IFNAME_MAX = 15  # Linux IFNAMSIZ - 1
-
-# Address plane per GPU NIC port role: 10.<plane>.x.y
-PLANE = {"nic": 0, "cons": 1, "rail": 2}
-# Switch group codes used in the dpid's upper bytes.
-GROUP_CODE = {"A": 0xA, "B": 0xB, "leaf": 0x1, "spine": 0x2, "agg": 0x3, "core": 0x4}
 MAX_GPUS = 65534  # the address plan has 16 bits for a GPU
+SINGLE_PORT_PLANES = {"nic": 0}  # a kind whose GPUs have one NIC port: 10.0.x.y
+
+
+@dataclass(frozen=True)
+class SwitchGroup:
+    """One group of a kind's switches (Node.group): the code in its switches' dpids, the format
+    of their names, and their colour in drawings."""
+
+    name: str
+    code: int  # the dpid's upper byte, 1..255; unique among the groups of one kind
+    naming: str  # str.format of index, segment and pod, e.g. "l{segment}r{index}"; short and unique
+    colour: str = "#cccccc"
+
+    def switch_name(self, index: int, segment: int = -1, pod: int = -1) -> str:
+        return self.naming.format(index=index, segment=segment, pod=pod)
 
 
 def gpu_name(gpu: int) -> str:
     return f"g{gpu}"
-
-
-def switch_name(group: str, index: int, segment: int = -1, pod: int = -1) -> str:
-    """Short, unique names: za3/zb3 (ZCube), l1r2 (leaf of segment 1, rail 2), sp3, ag3, co3."""
-    if group in ("A", "B"):
-        return f"z{group.lower()}{index}"
-    if group == "leaf":
-        return f"l{segment}r{index}"
-    return {"spine": "sp", "agg": "ag", "core": "co"}[group] + str(index)
 
 
 def ifname(node_name: str, port_number: int) -> str:
@@ -37,29 +42,24 @@ def ifname(node_name: str, port_number: int) -> str:
     return name
 
 
-def dpid(group: str, index: int, segment: int = -1) -> int:
+def dpid(group_code: int, index: int, segment: int = -1) -> int:
     """64-bit datapath id: group code, segment, index — unique per switch, readable in hex."""
     seg = segment + 1 if segment >= 0 else 0
-    return (GROUP_CODE[group] << 40) | (seg << 20) | index
+    return (group_code << 40) | (seg << 20) | index
 
 
-def gpu_ip(gpu: int, role: str) -> str:
+def gpu_ip(gpu: int, plane: int) -> str:
     """10.<plane>.<hi>.<lo> with hi.lo = gpu + 1 (never .0.0, never the /16 broadcast)."""
     if not 0 <= gpu < MAX_GPUS:
         raise ValueError(f"GPU index {gpu} outside the address plan (max {MAX_GPUS - 1})")
     h = gpu + 1
-    return f"10.{PLANE[role]}.{h >> 8}.{h & 0xFF}"
+    return f"10.{plane}.{h >> 8}.{h & 0xFF}"
 
 
-def gpu_ip_int(gpu, role: str):
-    """Integer form of gpu_ip; works on numpy arrays too (for vectorised hashing)."""
-    return (10 << 24) | (PLANE[role] << 16) | (gpu + 1)
-
-
-def gpu_mac(gpu: int, role: str) -> str:
+def gpu_mac(gpu: int, plane: int) -> str:
     """Locally administered unicast MAC 02:5a:<plane>:00:<hi>:<lo> ('5a' = 'Z')."""
     h = gpu + 1
-    return f"02:5a:{PLANE[role]:02x}:00:{h >> 8:02x}:{h & 0xFF:02x}"
+    return f"02:5a:{plane:02x}:00:{h >> 8:02x}:{h & 0xFF:02x}"
 
 
 def ip_to_int(ip: str) -> int:

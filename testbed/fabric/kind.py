@@ -14,6 +14,7 @@ from typing import TYPE_CHECKING, Callable
 
 import numpy as np
 
+from .ids import SINGLE_PORT_PLANES, SwitchGroup
 from .params import Param, SpecError
 
 if TYPE_CHECKING:  # pragma: no cover
@@ -60,6 +61,11 @@ class FabricKind:
     draw_note: str = ""
     # failure repair (failures.py): policy names (first = default), those that move broken subflows to the
     # GPU's other port, and the kind's table repair(fab, next_group, link_down, policy, failures) -> entries changed
+    # the kind's switch groups (Node.group: dpid code, name format, colour) and the address plane of each
+    # GPU port role (10.<plane>.x.y); the kind's builder uses the same declarations (ids.py turns them
+    # into identifiers), so a new kind brings its own groups and planes
+    switch_groups: tuple[SwitchGroup, ...] = ()
+    address_planes: dict = field(default_factory=lambda: dict(SINGLE_PORT_PLANES))
     repair_policies: tuple[str, ...] = ("withdraw",)
     failover_policies: tuple[str, ...] = ()
     repair: Callable | None = None
@@ -71,6 +77,13 @@ class FabricKind:
                 return p
         raise SpecError(f"{self.name}: unknown parameter {name!r}; valid parameters: "
                         f"{', '.join(p.name for p in self.params)}")
+
+    def switch_group(self, name: str) -> SwitchGroup:
+        for g in self.switch_groups:
+            if g.name == name:
+                return g
+        raise ValueError(f"{self.name}: no switch group {name!r}; the kind declares "
+                         f"{', '.join(g.name for g in self.switch_groups) or 'none'}")
 
     def check_split(self, policy: str | None) -> None:
         if policy is not None and self.split_policies and policy not in self.split_policies:

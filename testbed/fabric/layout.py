@@ -133,9 +133,6 @@ class Layout:
     def row_length_m(self) -> float:
         return self.cols * self.constraints.rack_width_m
 
-    def rack_of(self, node: int) -> Rack:
-        return self.racks[self.node_place[node].rack]
-
     def position(self, node: int) -> str:
         p = self.node_place[node]
         return f"{self.racks[p.rack].name}/U{p.unit}"

@@ -21,6 +21,11 @@ from .params import Param, SpecError, canonical_spec, require, resolve_params
 from .tables import GroupIndex, Tables, port_peer, ports_between
 
 NAME = "roft"
+# the kind's switch groups (dpid code, name format, drawing colour); one NIC port per GPU: plane 0
+GROUPS = (ids.SwitchGroup("leaf", 0x1, "l{segment}r{index}", "#fdae6b"),
+          ids.SwitchGroup("spine", 0x2, "sp{index}", "#bcbddc"),
+          ids.SwitchGroup("agg", 0x3, "ag{index}", "#a1d99b"),
+          ids.SwitchGroup("core", 0x4, "co{index}", "#bcbddc"))
 
 PARAMS = (
     Param("gpus", int, None, "total GPUs (one 1xR NIC port each)"),
@@ -69,7 +74,7 @@ def _resolve(given: dict) -> dict:
 
 def build(given: dict):
     p = _resolve(given)
-    leaves, d, u, s = p["leaves"], p["servers_per_segment"], p["uplinks_per_leaf"], p["gpus_per_server"]
+    leaves, d, u = p["leaves"], p["servers_per_segment"], p["uplinks_per_leaf"]
     radix = p["radix"]
     spines = p["spines"] or _default_spines(leaves, u, radix)
     require(u % spines == 0, NAME, f"{u} uplinks per leaf do not split evenly over spines={spines}")
@@ -128,7 +133,7 @@ def _leaves(b: FabricBuilder, p: dict, radix: int, rate: int, up: int):
 def _build_two_tier(p: dict, lps: int):
     rate = gbps_to_bps(p["gpu_gbps"])
     radix, d, u = p["radix"], p["servers_per_segment"], p["uplinks_per_leaf"]
-    b = FabricBuilder(NAME)
+    b = FabricBuilder(NAME, GROUPS)
     _gpus(b, p, rate)
     leaf_nodes, leaf_ports = _leaves(b, p, radix, rate, u)
     spine_nodes = [b.switch("spine", 2, k, radix) for k in range(p["spines"])]
@@ -165,7 +170,7 @@ def _build_three_tier(p: dict):
     links_agg_core = agg_up // per_plane
     if links_agg_core * pods != radix:
         raise SpecError(f"roft: core wiring does not close ({links_agg_core} x {pods} pods != radix {radix})")
-    b = FabricBuilder(NAME)
+    b = FabricBuilder(NAME, GROUPS)
     _gpus(b, p, rate)
     leaf_nodes, leaf_ports = _leaves(b, p, radix, rate, u)
     agg_nodes, agg_ports = [], {}
@@ -247,7 +252,7 @@ def expected_diameter(fab: Fabric) -> int:
 
 
 KIND = FabricKind(NAME, "rail-optimized fat-tree: rail leaves per segment, spines (or agg+core at scale)",
-                  PARAMS, build=build, tables=tables, expected_diameter=expected_diameter,
+                  PARAMS, build=build, tables=tables, expected_diameter=expected_diameter, switch_groups=GROUPS,
                   row_labels={0: "GPUs", 1: "leaf", 2: "spine/agg", 3: "core"},
                   # ECMP member removal: withdrawal (failures.py) drops dead next hops from every group
                   repair_policies=("ecmp",))

@@ -22,6 +22,9 @@ from .tables import Tables, port_peer, ports_between
 
 NAME = "zcube"
 SPLITS = ("half", "cons", "rail")
+# the kind's switch groups (dpid code, name format, drawing colour) and its GPU ports' address planes
+GROUPS = (ids.SwitchGroup("A", 0xA, "za{index}", "#fdae6b"), ids.SwitchGroup("B", 0xB, "zb{index}", "#a1d99b"))
+PLANES = {"cons": 1, "rail": 2}  # 10.<plane>.x.y: a GPU's cons and rail ports sit in different /16s
 PARAMS = (
     Param("n", int, None, "GPUs per switch (GPU-facing ports per switch); N = n*n when square"),
     Param("gpus", int, 0, "total GPUs; 0 = n*n (square). Else a multiple of n: Zhipu's rectangular form"),
@@ -59,7 +62,7 @@ def build(given: dict) -> Fabric:
     p.update(n=n, gpus=gpus, gpus_per_server=s, radix=radix)
     port_bps = gbps_to_bps(p["gpu_gbps"] / 2)
 
-    b = FabricBuilder(NAME)
+    b = FabricBuilder(NAME, GROUPS, PLANES)
     for g in range(gpus):
         b.gpu(g, server=g // s, local_rank=g % s, roles=("cons", "rail"), rate_bps=port_bps, rail=g % m)
     a_nodes = [b.switch("A", 1, j, radix) for j in range(m)]
@@ -275,7 +278,8 @@ def draw_row(node) -> int:
 KIND = FabricKind(
     NAME, "ZCube(n,2): A/B switch groups in K(m,m), 2 NIC ports per GPU, no spine", PARAMS,
     build=build, tables=tables, expected_diameter=expected_diameter, dst_address=dst_address, split=split,
-    split_policies=SPLITS, identity_checks=identity_checks, draw_row=draw_row,
+    split_policies=SPLITS, identity_checks=identity_checks, draw_row=draw_row, switch_groups=GROUPS,
+    address_planes=PLANES,
     repair_policies=REPAIR_POLICIES, failover_policies=("host", "both"), repair=repair, controller_policy="detour",
     row_labels={0: "GPUs", 1: "A (cons)", 2: "B (rail)"},
     draw_note="grey: cons port -> A and A-B fabric; red: rail port -> B")

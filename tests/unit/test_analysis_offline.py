@@ -283,9 +283,9 @@ def test_an_invalid_verdict_says_what_to_change_and_retries_only_that_fabric(run
     assert override.startswith("emulation.rate_scale=") and float(override.split("=")[1]) <= rho / 2
     text = "\n".join(advice.lines(a, str(run)))
     assert f"zlab run --retry-invalid {run}" in text and "dilation" in text
-    from testbed.cli.experiment import _retry_spec
+    from testbed.cli.commands.run import retry_spec
 
-    spec = _retry_spec(str(run))
+    spec = retry_spec(str(run))
     assert list(spec["fabrics"]) == ["roft"] and spec["emulation"]["rate_scale"] <= rho / 2
     assert main(["run", "--retry-invalid", str(run), "--set", "repeats=1"]) == 2  # the earlier spec, unchanged
 

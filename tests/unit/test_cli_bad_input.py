@@ -107,24 +107,24 @@ def test_every_bad_input_exits_2_with_one_line(tmp_path, capsys):
 
 
 def test_a_programming_error_keeps_its_traceback(monkeypatch):
-    import testbed.cli.model as model
+    import testbed.cli.commands.fabric as fabric
 
     def boom(args):
         raise KeyError("a bug")
 
-    monkeypatch.setattr(model, "cmd_fabric_kinds", boom)
+    monkeypatch.setattr(fabric, "kinds", boom)
     with pytest.raises(KeyError, match="a bug"):
         main(["fabric", "kinds"])
 
 
 def test_a_runtime_failure_exits_1_naming_the_log(monkeypatch, capsys):
-    import testbed.cli.lab as lab
+    import testbed.cli.commands.doctor as doctor
     from testbed.errors import RuntimeFailure
 
     def fail(args):
         raise RuntimeFailure("controller died (exit 1)", "/tmp/run/controller/controller.log")
 
-    monkeypatch.setattr(lab, "cmd_doctor", fail)
+    monkeypatch.setattr(doctor, "run", fail)
     assert main(["doctor"]) == 1
     err = capsys.readouterr().err.strip().splitlines()
     assert err == ["zlab: failed: controller died (exit 1) (log: /tmp/run/controller/controller.log)"]

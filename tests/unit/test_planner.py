@@ -90,23 +90,23 @@ def test_capacity_curve_is_interpolated_at_the_runs_link_rate(tmp_path, monkeypa
 def test_the_default_rate_is_capped_by_a_slow_machines_capacity(capacity, capsys, tmp_path):
     """A default too fast for the measured capacity is lowered to what it allows and said so; a
     rate the user chose is left alone (the assessment warns); a default that fits is untouched."""
-    from testbed.cli.experiment import _resolved
+    from testbed.cli.experiments import resolved
 
     base = ["workload.requests=10", "repeats=1"]
     default = resolve(especs.load(None, base)).spec["emulation"]["rate_scale"]
     capacity(1000.0)  # far below what the default needs
-    exp = _resolved(None, base)
+    exp = resolved(None, base)
     rate = exp.spec["emulation"]["rate_scale"]
     assert rate < default and planner.rate_limit_factor(exp) == pytest.approx(1.0, rel=0.02)
     assert "lowered to" in exp.scaling_choice["notes"][0]
-    chosen = _resolved(None, base + [f"emulation.rate_scale={default}"])
+    chosen = resolved(None, base + [f"emulation.rate_scale={default}"])
     assert chosen.spec["emulation"]["rate_scale"] == default
     assert any("expect the fidelity guard to find the run CPU-bound" in n for n in chosen.scaling_choice["notes"])
     spec = tmp_path / "s.yaml"
     spec.write_text(f"emulation:\n  rate_scale: {default}\n")
-    assert _resolved(str(spec), base).spec["emulation"]["rate_scale"] == default
+    assert resolved(str(spec), base).spec["emulation"]["rate_scale"] == default
     capacity(1e9)  # a fast machine: the tested preset stays as it is
-    assert _resolved(None, base).spec["emulation"]["rate_scale"] == default
+    assert resolved(None, base).spec["emulation"]["rate_scale"] == default
 
 
 def test_the_referee_evidence_nearest_the_size_scale_is_quoted(tmp_path, monkeypatch):

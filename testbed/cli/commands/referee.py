@@ -2,15 +2,15 @@
 
 from __future__ import annotations
 
-import argparse
 from pathlib import Path
 
-from .output import print_json
+from .. import options
+from ..output import print_json
 
 
-def cmd_referee(args) -> int:
-    from ..referee import referee as ref
-    from ..referee.scenario import SCALES
+def run(args) -> int:
+    from ...referee import referee as ref
+    from ...referee.scenario import SCALES
 
     root = Path(args.run_dir)
     log = (lambda *_: None) if args.json else print
@@ -59,9 +59,9 @@ def cmd_referee(args) -> int:
     return code
 
 
-def add_commands(sub) -> None:
+def register(sub) -> None:
     rf = sub.add_parser(
-        "referee", formatter_class=argparse.RawDescriptionHelpFormatter,
+        "referee", parents=[options.JSON], formatter_class=options.RAW,
         help="replay a recorded run in ns-3 (same fabric, flow entries, QPs, schedule) and compare",
         description="Replay every fabric's repeats of a recorded run in ns-3 and compare with the emulation.\n"
                     "same scale: the emulation's rates, sizes and times; bands: link bytes 2 %, KV p50/p99 15 %,\n"
@@ -85,5 +85,4 @@ def add_commands(sub) -> None:
                          "written to referee/<scale>-whatif.json, never over the real comparison")
     rf.add_argument("--what-if-payload-bytes", type=int, metavar="B",
                     help="replay with another payload per packet (bytes), e.g. the emulation's frame in real bytes")
-    rf.add_argument("--json", action="store_true", help="print the summaries as JSON")
-    rf.set_defaults(func=cmd_referee)
+    rf.set_defaults(func=run)

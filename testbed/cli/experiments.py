@@ -1,14 +1,14 @@
-"""Experiment commands: run, sweep, compare, report."""
+"""What the experiment commands share: the spec resolved with the scaling planner's choice, the
+plan printed before a run, the summary printed after it, and runs compared side by side."""
 
 from __future__ import annotations
 
 from pathlib import Path
 
-from ..errors import UserInputError
 from .output import fmt, print_json, print_table
 
 
-def _resolved(args_spec, overrides, preset: str = "as-given", budget_s: float = 600.0):
+def resolved(args_spec, overrides, preset: str = "as-given", budget_s: float = 600.0):
     """The experiment resolved once, with the planner's choice applied (queue-faithful) or
     assessed (as-given)."""
     from ..experiment import planner
@@ -21,7 +21,7 @@ def _resolved(args_spec, overrides, preset: str = "as-given", budget_s: float = 
         exp = resolve(especs.load(args_spec, (overrides or []) + planner.overrides(choice)))
         exp.scaling_choice = planner.assess(exp, preset).to_dict()
     else:
-        capped = planner.capped_default_rate(exp, _user_set_rate(args_spec, overrides))
+        capped = planner.capped_default_rate(exp, user_set_rate(args_spec, overrides))
         if capped is not None:
             exp = resolve(especs.load(args_spec, (overrides or []) + [f"emulation.rate_scale={capped:.6g}"]))
         exp.scaling_choice = planner.assess(exp, preset).to_dict()
@@ -32,7 +32,7 @@ def _resolved(args_spec, overrides, preset: str = "as-given", budget_s: float = 
     return exp
 
 
-def _user_set_rate(args_spec, overrides) -> bool:
+def user_set_rate(args_spec, overrides) -> bool:
     """Did the user choose rate_scale (in the spec file or a --set)? Then it is theirs, not a default."""
     import yaml
 
@@ -101,7 +101,7 @@ def _ci_ms(c: dict, scale: float = 1e3, f: str = "{:.2f}") -> str:
     return f.format(scale * c["mean"]) + ("" if c["ci95"] is None else " ± " + f.format(scale * c["ci95"]))
 
 
-def _summary(root, metrics) -> None:
+def print_summary(root, metrics) -> None:
     """Means ± 95 % CI over repeats, and the verdict, per fabric."""
     rows = []
     for lab, f in metrics.get("fabrics", {}).items():
@@ -118,80 +118,6 @@ def _summary(root, metrics) -> None:
         k = c["kv_p99_real_s"]
         print(f"[zlab] {c['a']}/{c['b']} KV p99 ratio {_ci_ms(k['ratio'], 1)}; {c['a']} better in {k['a_better']} of {k['n']}")
     print(f"[zlab] report: {root}/report.md  (real-cluster ms and µs, mean ± 95 % CI over repeats)")
-
-
-def _retry_spec(run_dir: str):
-    """The spec of an earlier run, narrowed to its invalid fabrics, with the advice applied."""
-    from ..experiment import advice, spec as especs
-    from ..measure.report import RunFolderError
-    from ..records import read_json, write_json
-
-    root = Path(run_dir)
-    if not (root / "experiment.json").exists() or not (root / "metrics.json").exists():
-        raise RunFolderError(f"{root}: no experiment.json/metrics.json; --retry-invalid takes a finished run folder")
-    exp, metrics = read_json(root / "experiment.json"), read_json(root / "metrics.json")
-    a = advice.advise(exp, metrics)
-    if not a.fabrics:
-        raise UserInputError(f"{root}: every fabric's run is valid; nothing to retry")
-    if not a.retry_possible:
-        raise UserInputError(f"{root}: the invalid runs are not fixable by scaling: {'; '.join(a.unfixable[:3])}")
-    spec = dict(exp["spec"], fabrics={lab: exp["spec"]["fabrics"][lab] for lab in a.fabrics})
-    for o in a.overrides:
-        spec = especs.apply_override(spec, o)
-    path = root / "retry-spec.json"
-    write_json(path, spec, sort_keys=False)
-    for w in a.why:
-        print(f"[zlab] retry: {w}")
-    return especs.validate(spec)
-
-
-def cmd_run(args) -> int:
-    from ..experiment import advice
-    from ..experiment.runner import run_experiment
-    from ..records import read_json
-
-    if args.retry_invalid:
-        if args.spec or args.set:
-            raise UserInputError("--retry-invalid takes the earlier run's spec; give no SPEC or --set with it")
-        from ..experiment import planner
-        from ..experiment.resolve import resolve
-
-        exp = resolve(_retry_spec(args.retry_invalid))
-        exp.scaling_choice = planner.assess(exp, "retry").to_dict()
-    else:
-        exp = _resolved(args.spec, args.set, args.preset, args.budget_s)  # every part checked before bring-up
-    if args.dry_run:
-        print_plan(exp)
-        return 0
-    root, status = run_experiment(exp, results_dir=args.results, show_progress=not args.no_progress)
-    metrics = read_json(root / "metrics.json") if (root / "metrics.json").exists() else {}
-    print(f"[zlab] run {status}: {root}")
-    _summary(root, metrics)
-    if status != "complete":
-        return 130
-    if all(f["summary"]["fidelity"]["valid"] for f in metrics.get("fabrics", {}).values()):
-        return 0
-    for line in advice.lines(advice.advise(read_json(root / "experiment.json"), metrics), str(root)):
-        print(line)
-    return 3
-
-
-def cmd_sweep(args) -> int:
-    from ..experiment.runner import run_experiment
-
-    key, eq, values = args.param.partition("=")
-    if not eq or not values:
-        raise UserInputError(f"--param takes KEY=v1,v2,... (got {args.param!r})")
-    exps = [(v, _resolved(args.spec, (args.set or []) + [f"{key}={v}"])) for v in values.split(",")]
-    roots = []
-    for v, exp in exps:  # every value resolved before the first run
-        print(f"[zlab] sweep {key}={v}")
-        root, status = run_experiment(exp, results_dir=args.results, show_progress=not args.no_progress)
-        roots.append(root)
-        if status != "complete":
-            print("[zlab] sweep interrupted")
-            break
-    return compare_roots(roots, args.json)
 
 
 def compare_roots(roots, as_json=False) -> int:
@@ -222,55 +148,3 @@ def compare_roots(roots, as_json=False) -> int:
                        ("queue_delay_max_real_us", "max queueing µs", lambda v: fmt(v, "{:.0f}")),
                        ("max_offered_util", "max util", None), ("valid", "valid", None)])
     return 0
-
-
-def cmd_compare(args) -> int:
-    return compare_roots(args.runs, args.json)
-
-
-def cmd_report(args) -> int:
-    from ..measure import report
-
-    metrics = report.build(Path(args.run_dir))
-    _summary(args.run_dir, metrics)
-    return 0
-
-
-def add_commands(sub) -> None:
-    def experiment_args(x):
-        x.add_argument("--set", action="append", metavar="KEY=VALUE",
-                       help="override a spec field, e.g. deployment.mapping=rank-shifted (repeatable)")
-        x.add_argument("--results", default="results", help="where run folders go (default ./results)")
-        x.add_argument("--no-progress", action="store_true", help="no progress bar")
-
-    ru = sub.add_parser("run", help="run an experiment spec (default: ZCube(4,2) vs 16-GPU two-segment ROFT, "
-                                    "Azure code trace); writes results/<run>/report.md")
-    ru.add_argument("spec", nargs="?", help="YAML experiment spec merged over the built-in default")
-    ru.add_argument("--dry-run", action="store_true",
-                    help="resolve everything and print the plan per fabric (rates, scaling, messages, bytes, "
-                         "expected duration and peak packet rate) and the scaling planner's trade-off; bring nothing up")
-    ru.add_argument("--preset", choices=("as-given", "queue-faithful"), default="as-given",
-                    help="as-given: the spec's scales (the default spec is the fast preset); queue-faithful: the "
-                         "planner picks rate and size scales so the XOFF is >= 4 frames and the peak stays within "
-                         "70 %% of the measured capacity, and cuts requests to the budget")
-    ru.add_argument("--retry-invalid", metavar="RUN",
-                    help="rerun only the INVALID fabrics of an earlier run, with the change its verdict suggested "
-                         "(printed after an invalid run)")
-    ru.add_argument("--budget-s", type=float, default=600.0,
-                    help="wall-time budget for --preset queue-faithful, seconds (default 600)")
-    experiment_args(ru)
-    ru.set_defaults(func=cmd_run)
-    sw = sub.add_parser("sweep", help="run a spec once per value of one field, then compare")
-    sw.add_argument("spec", nargs="?", help="YAML experiment spec (default: the built-in one)")
-    sw.add_argument("--param", required=True, metavar="KEY=v1,v2",
-                    help="e.g. emulation.rate_scale=5e-5,1e-4 (NIC 100G vs 200G)")
-    sw.add_argument("--json", action="store_true")
-    experiment_args(sw)
-    sw.set_defaults(func=cmd_sweep)
-    cm = sub.add_parser("compare", help="key metrics of several runs side by side (means over repeats; real ms, µs)")
-    cm.add_argument("runs", nargs="+", help="run folders")
-    cm.add_argument("--json", action="store_true")
-    cm.set_defaults(func=cmd_compare)
-    rp = sub.add_parser("report", help="rebuild tables, plots and report.md of a run from its raw records")
-    rp.add_argument("run_dir")
-    rp.set_defaults(func=cmd_report)

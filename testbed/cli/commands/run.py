@@ -1,0 +1,85 @@
+"""`zlab run`: run an experiment spec (or plan it with --dry-run, or retry an earlier run's invalid fabrics)."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from .. import options
+from ...errors import UserInputError
+from ..experiments import print_plan, print_summary, resolved
+
+
+def retry_spec(run_dir: str):
+    """The spec of an earlier run, narrowed to its invalid fabrics, with the advice applied."""
+    from ...experiment import advice, spec as especs
+    from ...measure.report import RunFolderError
+    from ...records import read_json, write_json
+
+    root = Path(run_dir)
+    if not (root / "experiment.json").exists() or not (root / "metrics.json").exists():
+        raise RunFolderError(f"{root}: no experiment.json/metrics.json; --retry-invalid takes a finished run folder")
+    exp, metrics = read_json(root / "experiment.json"), read_json(root / "metrics.json")
+    a = advice.advise(exp, metrics)
+    if not a.fabrics:
+        raise UserInputError(f"{root}: every fabric's run is valid; nothing to retry")
+    if not a.retry_possible:
+        raise UserInputError(f"{root}: the invalid runs are not fixable by scaling: {'; '.join(a.unfixable[:3])}")
+    spec = dict(exp["spec"], fabrics={lab: exp["spec"]["fabrics"][lab] for lab in a.fabrics})
+    for o in a.overrides:
+        spec = especs.apply_override(spec, o)
+    path = root / "retry-spec.json"
+    write_json(path, spec, sort_keys=False)
+    for w in a.why:
+        print(f"[zlab] retry: {w}")
+    return especs.validate(spec)
+
+
+def run(args) -> int:
+    from ...experiment import advice
+    from ...experiment.runner import run_experiment
+    from ...records import read_json
+
+    if args.retry_invalid:
+        if args.spec or args.set:
+            raise UserInputError("--retry-invalid takes the earlier run's spec; give no SPEC or --set with it")
+        from ...experiment import planner
+        from ...experiment.resolve import resolve
+
+        exp = resolve(retry_spec(args.retry_invalid))
+        exp.scaling_choice = planner.assess(exp, "retry").to_dict()
+    else:
+        exp = resolved(args.spec, args.set, args.preset, args.budget_s)  # every part checked before bring-up
+    if args.dry_run:
+        print_plan(exp)
+        return 0
+    root, status = run_experiment(exp, results_dir=args.results, show_progress=not args.no_progress)
+    metrics = read_json(root / "metrics.json") if (root / "metrics.json").exists() else {}
+    print(f"[zlab] run {status}: {root}")
+    print_summary(root, metrics)
+    if status != "complete":
+        return 130
+    if all(f["summary"]["fidelity"]["valid"] for f in metrics.get("fabrics", {}).values()):
+        return 0
+    for line in advice.lines(advice.advise(read_json(root / "experiment.json"), metrics), str(root)):
+        print(line)
+    return 3
+
+
+def register(sub) -> None:
+    ru = sub.add_parser("run", parents=[options.EXPERIMENT],
+                        help="run an experiment spec (default: ZCube(4,2) vs 16-GPU two-segment ROFT, "
+                             "Azure code trace); writes results/<run>/report.md")
+    ru.add_argument("spec", nargs="?", help="YAML experiment spec merged over the built-in default")
+    ru.add_argument("--dry-run", action="store_true",
+                    help="resolve everything and print the plan per fabric (rates, scaling, messages, bytes, "
+                         "expected duration and peak packet rate) and the scaling planner's trade-off; bring nothing up")
+    ru.add_argument("--preset", choices=("as-given", "queue-faithful"), default="as-given",
+                    help="as-given: the spec's scales (the default spec is the fast preset); queue-faithful: the "
+                         "planner picks rate and size scales so the XOFF is >= 4 frames and the peak stays within "
+                         "70 %% of the measured capacity, and cuts requests to the budget")
+    ru.add_argument("--retry-invalid", metavar="RUN",
+                    help="rerun only the INVALID fabrics of an earlier run, with the change its verdict suggested "
+                         "(printed after an invalid run)")
+    ru.add_argument("--budget-s", type=float, default=600.0,
+                    help="wall-time budget for --preset queue-faithful, seconds (default 600)")
+    ru.set_defaults(func=run)
