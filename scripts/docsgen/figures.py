@@ -56,6 +56,8 @@ FIGURES = {f.name: f for f in [
            (ZLAB, "layout", *LAYOUT_SPECS)),
     Figure("multiplane", "multi-plane ZCube at 32,768 to 131,072 GPUs",
            (ZLAB, "multiplane", *MULTIPLANE_SPECS)),
+    Figure("test-suite", "the whole test suite's size and duration", ("bash", "scripts/test.sh"), root=True,
+           timeout_s=3600),
     Figure("provision", "provisioning time, fresh and repeated", ("bash", "scripts/provision.sh"), root=True),
     Figure("emulation-bench", "bring-up, reachability and teardown times against plain Mininet",
            (PY, "scripts/bench/emulation.py"), root=True),

@@ -29,9 +29,10 @@ def run_table(root: Path, keys: tuple[str, ...] | None = None) -> str:
     fabs, cmp_ = metrics["fabrics"], metrics.get("comparison")
     labels = list(fabs)
     k = fabs[labels[0]]["summary"]["repeats"]
-    head = [f"Run `{root.name}` (git `{str(run.get('git_sha'))[:7]}`, wall {run['wall_s'] / 60:.1f} min); "
-            f"emulated, converted to real units, mean ± 95 % CI over {k} repeats per fabric:", "",
-            f"| | " + " | ".join(exp["fabrics"][lab]["fabric"] for lab in labels)
+    head = [f"Run `{run.get('run_id', root.name)}` ({run['started'][:10]}, git `{str(run.get('git_sha'))[:7]}`, "
+            f"wall {run['wall_s'] / 60:.1f} min); emulated, converted to real units, mean ± 95 % CI over {k} repeats "
+            "per fabric:", "",
+            "| | " + " | ".join(f"`{exp['fabrics'][lab]['fabric'].split(',')[0]} …`" for lab in labels)
             + (f" | {cmp_['a']}/{cmp_['b']}, paired | {cmp_['a']} better in |" if cmp_ else " |"),
             "|---|" + "---|" * len(labels) + ("---|---|" if cmp_ else "")]
     out = head
