@@ -12,6 +12,7 @@ Root producers run under `flock /tmp/zlab-heavy.lock` (and sudo when not root).
 from __future__ import annotations
 
 import os
+import subprocess
 import sys
 from pathlib import Path
 
@@ -87,7 +88,11 @@ def main(argv: list[str]) -> int:
     cmd = list(fig.argv)
     if fig.root:
         cmd = ["flock", "/tmp/zlab-heavy.lock", *([] if os.geteuid() == 0 else ["sudo"]), *cmd]
-    rec = records.measure(ROOT, fig.name, cmd, fig.timeout_s)
+    try:
+        rec = records.measure(ROOT, fig.name, cmd, fig.timeout_s)
+    except (RuntimeError, subprocess.TimeoutExpired) as e:
+        print(f"{fig.name} not measured, its record is unchanged: {e}", file=sys.stderr)
+        return 1
     print(f"measured {fig.name} in {rec['elapsed_s']:.0f} s; now run scripts/docs_figures.py write")
     return 0
 
