@@ -85,7 +85,8 @@ def provenance(fig: Figure, rec: dict) -> str:
         redo = f"`scripts/docs_figures.py measure {fig.name}`" if fig.argv else "no producing command yet"
         return (f"*Measured {when} on {rec['machine']}; copied from {rec['transcribed_from']}, not yet re-measured"
                 f" ({redo}).*")
-    return (f"*Measured {when} on {rec['machine']}, git `{sha}`, {rec['elapsed_s']:.0f} s: "
+    took = "" if rec.get("elapsed_s") is None else f", {rec['elapsed_s']:.0f} s"
+    return (f"*Measured {when} on {rec['machine']}, git `{sha}`{took}: "
             f"`{rec['command']}` (`scripts/docs_figures.py measure {fig.name}`).*")
 
 

@@ -7,7 +7,9 @@ a record whose ``transcribed_from`` is set holds a figure measured before this s
 
 from __future__ import annotations
 
+import contextlib
 import datetime as dt
+import fcntl
 import json
 import os
 import platform
@@ -43,14 +45,20 @@ def git_sha(root: Path) -> str | None:
     return (r.stdout.strip() + ("-dirty" if dirty else "")) if r.returncode == 0 else None
 
 
-def measure(root: Path, name: str, argv: list[str], timeout_s: float) -> dict:
-    """Run argv in root, and write its record only if it succeeded (nothing half-written)."""
-    t0 = time.monotonic()
-    r = subprocess.run(argv, cwd=root, capture_output=True, text=True, timeout=timeout_s)
-    elapsed_s = time.monotonic() - t0
+def measure(root: Path, name: str, argv: list[str], timeout_s: float, lock: str | None = None) -> dict:
+    """Run argv in root, and write its record only if it succeeded (nothing half-written).
+
+    With lock, the shared heavy-job lock is taken first, so elapsed_s is the command's own time, not the wait.
+    """
+    with open(lock, "a") if lock else contextlib.nullcontext() as fd:
+        if fd is not None:
+            fcntl.flock(fd, fcntl.LOCK_EX)
+        t0 = time.monotonic()
+        r = subprocess.run(argv, cwd=root, capture_output=True, text=True, timeout=timeout_s)
+        elapsed_s = time.monotonic() - t0
     if r.returncode != 0:
         raise RuntimeError(f"{' '.join(argv)} exited {r.returncode}: {r.stderr.strip()[-500:]}")
-    rec = {"name": name, "command": " ".join(argv), "date": dt.datetime.now(dt.timezone.utc).isoformat(timespec="seconds"),
+    rec = {"name": name, "command": (f"flock {lock} " if lock else "") + " ".join(argv), "date": dt.datetime.now(dt.timezone.utc).isoformat(timespec="seconds"),
            "git_sha": git_sha(root), "machine": f"{platform.node() or 'host'}: {machine()}",
            "elapsed_s": round(elapsed_s, 1), "output": r.stdout}
     p = path(root, name)
