@@ -80,13 +80,13 @@ FIGURES = {f.name: f for f in [
 
 def provenance(fig: Figure, rec: dict) -> str:
     when = rec["date"][:10]
-    sha = (rec.get("git_sha") or "?")[:7]
+    sha = f"`{(rec.get('git_sha') or '?')[:7]}`" + (" plus uncommitted edits" if str(rec.get("git_sha")).endswith("-dirty") else "")
     if rec.get("transcribed_from"):
         redo = f"`scripts/docs_figures.py measure {fig.name}`" if fig.argv else "no producing command yet"
         return (f"*Measured {when} on {rec['machine']}; copied from {rec['transcribed_from']}, not yet re-measured"
                 f" ({redo}).*")
     took = "" if rec.get("elapsed_s") is None else f", {rec['elapsed_s']:.0f} s"
-    return (f"*Measured {when} on {rec['machine']}, git `{sha}`{took}: "
+    return (f"*Measured {when} on {rec['machine']}, git {sha}{took}: "
             f"`{rec['command']}` (`scripts/docs_figures.py measure {fig.name}`).*")
 
 

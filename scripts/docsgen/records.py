@@ -40,8 +40,9 @@ def machine() -> str:
 
 def git_sha(root: Path) -> str | None:
     r = subprocess.run(["git", "rev-parse", "HEAD"], cwd=root, capture_output=True, text=True)
-    dirty = subprocess.run(["git", "status", "--porcelain", "--untracked-files=no"], cwd=root,
-                           capture_output=True, text=True).stdout.strip()
+    # Edits to the pages and records themselves do not change what a producer prints.
+    dirty = subprocess.run(["git", "status", "--porcelain", "--untracked-files=no", "--", ".", ":!results/reference/records",
+                            ":!docs", ":!README.md"], cwd=root, capture_output=True, text=True).stdout.strip()
     return (r.stdout.strip() + ("-dirty" if dirty else "")) if r.returncode == 0 else None
 
 
