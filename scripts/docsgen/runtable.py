@@ -1,0 +1,49 @@
+"""Tables of a finished zlab run folder (metrics.json, experiment.json, run.json), for the docs."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+ROWS = [("kv_p50_real_s", "KV-transfer completion p50 (real ms)", 1e3, "{:.2f}"),
+        ("kv_p99_real_s", "KV-transfer completion p99 (real ms)", 1e3, "{:.2f}"),
+        ("queue_delay_max_real_s", "max queueing delay (real-equivalent µs, qualitative)", 1e6, "{:.0f}"),
+        ("max_offered_util", "max offered link utilisation", 1, "{:.2f}"),
+        ("max_carried_util", "max carried link utilisation", 1, "{:.3f}"),
+        ("retransmits", "retransmitted packets", 1, "{:.1f}"),
+        ("ttft_p99_real_s", "TTFT p99 (real ms, mostly modelled)", 1e3, "{:.1f}")]
+HEADLINE = ("kv_p50_real_s", "kv_p99_real_s", "ttft_p99_real_s")
+
+
+def _ci(c: dict, k: float, f: str) -> str:
+    if c["mean"] is None:
+        return "—"
+    return f.format(k * c["mean"]) + ("" if c["ci95"] is None else " ± " + f.format(k * c["ci95"]))
+
+
+def run_table(root: Path, keys: tuple[str, ...] | None = None) -> str:
+    """The comparison table, mean ± 95 % CI over repeats per fabric and the paired ratio."""
+    metrics = json.loads((root / "metrics.json").read_text())
+    exp = json.loads((root / "experiment.json").read_text())
+    run = json.loads((root / "run.json").read_text())
+    fabs, cmp_ = metrics["fabrics"], metrics.get("comparison")
+    labels = list(fabs)
+    k = fabs[labels[0]]["summary"]["repeats"]
+    head = [f"Run `{run.get('run_id', root.name)}` ({run['started'][:10]}, git `{str(run.get('git_sha'))[:7]}`, "
+            f"wall {run['wall_s'] / 60:.1f} min); emulated, converted to real units, mean ± 95 % CI over {k} repeats "
+            "per fabric:", "",
+            "| | " + " | ".join(f"`{exp['fabrics'][lab]['fabric'].split(',')[0]} …`" for lab in labels)
+            + (f" | {cmp_['a']}/{cmp_['b']}, paired | {cmp_['a']} better in |" if cmp_ else " |"),
+            "|---|" + "---|" * len(labels) + ("---|---|" if cmp_ else "")]
+    out = head
+    for key, name, scale, f in ROWS:
+        if keys is not None and key not in keys:
+            continue
+        cells = [_ci(fabs[lab]["summary"][key], scale, f) for lab in labels]
+        if cmp_:
+            c = cmp_.get(key)
+            cells += [_ci(c["ratio"], 1, "{:.2f}"), f"{c['a_better']} of {c['n']}"] if c else ["", ""]
+        out.append(f"| {name} | " + " | ".join(cells) + " |")
+    out.append("| fidelity | " + " | ".join("valid" if fabs[lab]["summary"]["fidelity"]["valid"] else "INVALID"
+                                           for lab in labels) + (" | | |" if cmp_ else " |"))
+    return "\n".join(out)
