@@ -223,7 +223,7 @@ def _stop_injector(p: subprocess.Popen, raw: Path, lf: LiveFabric, log) -> None:
         p.wait(timeout=30)
     except subprocess.TimeoutExpired:
         p.kill()
-        raise LabFailure("the failure injector did not stop in 30 s", str(raw / "injector.log"))
+        raise LabFailure("the failure injector did not stop in 30 s", str(raw / "injector.log")) from None
     recs = read_jsonl(raw / "injections.jsonl")
     errors = [r["error"] for r in recs if r["action"] == "error"] + [e for r in recs if r["action"] == "restore"
                                                                        for e in r.get("errors", [])]

@@ -97,7 +97,6 @@ def _holds(fab: Fabric, H: Tables, D: Tables, cable: int, mine, transit) -> floa
                 groups.append(new)
             ng[r, a] = index[new]
     # the down cable's ports lead nowhere: a walk that still uses them fails
-    link = fab.links[cable]
     F = Tables(fab, ng, groups)
     gp = fab.n_gpus * fab.ports_per_gpu
     src, dst = np.meshgrid(np.arange(gp), np.arange(gp), indexing="ij")

@@ -69,7 +69,7 @@ def _resolve(given: dict) -> dict:
 
 def build(given: dict):
     p = _resolve(given)
-    leaves, d, u, s = p["leaves"], p["servers_per_segment"], p["uplinks_per_leaf"], p["gpus_per_server"]
+    leaves, d, u = p["leaves"], p["servers_per_segment"], p["uplinks_per_leaf"]
     radix = p["radix"]
     spines = p["spines"] or _default_spines(leaves, u, radix)
     require(u % spines == 0, NAME, f"{u} uplinks per leaf do not split evenly over spines={spines}")

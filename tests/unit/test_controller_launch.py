@@ -21,9 +21,23 @@ def _free_port() -> int:
 def test_the_os_ken_launcher_starts_and_listens(tmp_path):
     (tmp_path / "flows.json").write_text(json.dumps(flows_document(build_fabric("zcube:n=4"))))
     port = _free_port()
-    p = subprocess.Popen([sys.executable, "-m", "controllers.launch", str(tmp_path), "--port", str(port),
-                          "--stats-interval", "60", "--lldp-interval", "0"],
-                         stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+    p = subprocess.Popen(
+        [
+            sys.executable,
+            "-m",
+            "controllers.launch",
+            str(tmp_path),
+            "--port",
+            str(port),
+            "--stats-interval",
+            "60",
+            "--lldp-interval",
+            "0",
+        ],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
+        text=True,
+    )
     try:
         deadline = time.monotonic() + 30
         while True:
