@@ -59,41 +59,54 @@ def _vswitchd_pid() -> int:
 
 
 def run_fabric(exp: Experiment, fr: FabricRun, root: Path, log=print, bar=None) -> Path:
-    """Bring the fabric up once, calibrate, replay every repeat, tear down."""
-    fab, m = fr.fabric, exp.measurement
-    with LiveFabric(fab, fr.emulation, results_dir=str(root), run_id=fr.label, log=log,
+    """Bring the fabric up once, calibrate, replay every repeat (re-taking one the hypervisor
+    voided), tear down."""
+    m = exp.measurement
+    with LiveFabric(fr.fabric, fr.emulation, results_dir=str(root), run_id=fr.label, log=log,
                     stats_interval_s=m["controller_stats_interval_s"], lldp_interval_s=m["lldp_interval_s"],
                     failplan=fr.failplan, controller=exp.spec["controller"], registry_id=f"{root.name}.{fr.label}",
                     kind="run", suppress_sigterm=False) as lf:
         live = LiveRun(lf.dir)
-        calib = None
-        if m["calibrate"]:
-            first = fr.messages[0]
-            rate = port_spec(live, first.src_port).rate_bps
-            calib = iperf3_udp(live, first.src_port, first.dst_port, rate, duration_s=2)
-            calib["ratio"] = calib["goodput_bps"] / rate
-            log(f"[zlab]   calibration {first.src_port} -> {first.dst_port}: iperf3 UDP "
-                f"{calib['goodput_bps'] / 1e6:.2f} Mb/s of {rate / 1e6:.2f} ({100 * calib['ratio']:.1f} %)")
+        calib = _calibrate(fr, live, log) if m["calibrate"] else None
         runfolder.update(lf.dir, calibration=calib, replays=[])
         for rep in fr.repeats:
-            voided = []
-            while True:
-                status = replay(exp, fr, rep, lf, live, log=log, bar=bar)
-                reason = stolen(exp, lf.dir, rep.index) if status == "complete" else None
-                if reason is None or len(voided) >= m["steal_retakes"]:
-                    break
-                raw = lf.dir / "raw" / f"rep{rep.index}"
-                kept = raw.with_name(f"rep{rep.index}.void{len(voided) + 1}")
-                raw.rename(kept)
-                voided.append({"folder": kept.name, "reason": reason})
-                log(f"[zlab]   {fr.label} {rep.index + 1}/{len(fr.repeats)}: voided ({reason}); re-taking it "
-                    f"({len(voided)}/{m['steal_retakes']}), the attempt kept in raw/{kept.name}")
+            status, voided = _take(exp, fr, rep, lf, live, log, bar)
             replays = read_json(lf.dir / "run.json")["replays"] + [{"repeat": rep.index, "status": status,
                                                                      "voided_attempts": voided}]
             runfolder.update(lf.dir, replays=replays)
             if status != "complete":
                 break
     return lf.dir
+
+
+def _calibrate(fr: FabricRun, live: LiveRun, log) -> dict:
+    """iperf3 UDP over the first message's port pair at its port rate: what the fabric carries."""
+    first = fr.messages[0]
+    rate = port_spec(live, first.src_port).rate_bps
+    calib = iperf3_udp(live, first.src_port, first.dst_port, rate, duration_s=2)
+    calib["ratio"] = calib["goodput_bps"] / rate
+    log(f"[zlab]   calibration {first.src_port} -> {first.dst_port}: iperf3 UDP "
+        f"{calib['goodput_bps'] / 1e6:.2f} Mb/s of {rate / 1e6:.2f} ({100 * calib['ratio']:.1f} %)")
+    return calib
+
+
+def _take(exp: Experiment, fr: FabricRun, rep: Repeat, lf: LiveFabric, live: LiveRun, log, bar) -> tuple[str, list]:
+    """Replay one repeat and judge it: a complete repeat the hypervisor's steal voided is set
+    aside (raw/rep<k>.void<n>) and replayed with the same seed, up to the spec's steal_retakes;
+    returns the last attempt's status and the voided attempts."""
+    m = exp.measurement
+    voided = []
+    while True:
+        status = replay(exp, fr, rep, lf, live, log=log, bar=bar)
+        reason = stolen(exp, lf.dir, rep.index) if status == "complete" else None
+        if reason is None or len(voided) >= m["steal_retakes"]:
+            return status, voided
+        raw = lf.dir / "raw" / f"rep{rep.index}"
+        kept = raw.with_name(f"rep{rep.index}.void{len(voided) + 1}")
+        raw.rename(kept)
+        voided.append({"folder": kept.name, "reason": reason})
+        log(f"[zlab]   {fr.label} {rep.index + 1}/{len(fr.repeats)}: voided ({reason}); re-taking it "
+            f"({len(voided)}/{m['steal_retakes']}), the attempt kept in raw/{kept.name}")
 
 
 def stolen(exp: Experiment, fdir: Path, repeat: int) -> str | None:
