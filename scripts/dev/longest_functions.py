@@ -34,7 +34,8 @@ def main(argv=None) -> int:
     ap.add_argument("paths", nargs="*", default=["testbed", "controllers", "traffic"])
     ap.add_argument("--top", type=int, default=5)
     args = ap.parse_args(argv)
-    found = [f for p in args.paths for file in sorted((REPO / p).rglob("*.py")) for f in functions(file)]
+    files = [f for p in args.paths for f in ([REPO / p] if (REPO / p).is_file() else sorted((REPO / p).rglob("*.py")))]
+    found = [f for file in files for f in functions(file)]
     for lines, name in sorted(found, reverse=True)[: args.top]:
         print(f"{lines:5d}  {name}")
     return 0
