@@ -33,12 +33,18 @@ def prepare(prog: str, doc: str, argv=None):
 
 def main(argv=None) -> int:
     args = prepare("zlab controller", __doc__, argv)
+    # The order is load-bearing (keep isort off): eventlet patches before os-ken's modules load, and
+    # os-ken's cfg and app manager are imported before its controller module (sorted, the controller
+    # module came first and the launch failed on a circular import).
+    # isort: off
     from os_ken.lib import hub
 
     hub.patch(thread=False)
     from os_ken import cfg, log
     from os_ken.base.app_manager import AppManager
     import os_ken.controller.controller  # noqa: F401  registers the ofp-* options
+
+    # isort: on
 
     cfg.CONF(args=[f"--ofp-tcp-listen-port={args.port}", "--ofp-listen-host=127.0.0.1"], project="os_ken")
     log.init_log()

@@ -11,6 +11,9 @@ fi
 cd "$(dirname "${BASH_SOURCE[0]}")/.."
 # --referee: the suite includes the ns-3 referee's tests, so CI installs the optional referee too
 bash scripts/provision.sh --referee
+# Lint and format first (pyproject.toml [tool.ruff]; the fast loop, scripts/check.sh, runs the same).
+.venv/bin/ruff check .
+.venv/bin/ruff format --check .
 # The architecture's import contracts (pyproject.toml [tool.importlinter]): a wrong arrow fails here.
 .venv/bin/lint-imports --no-cache
 exec .venv/bin/python -m pytest -p no:cacheprovider "$@"

@@ -102,7 +102,7 @@ class Chain:
                 else:
                     sh("ip", "link", "set", ifname, "up")
                     self.switch_ports.append(ifname)
-        for i, br in enumerate(self.bridges):
+        for br in self.bridges:
             for num, port in ((1, f"{br}p1"), (2, f"{br}p2")):
                 extra = []
                 if self.option in ("afxdp", "afxdp-nonpmd"):

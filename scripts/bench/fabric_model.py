@@ -49,7 +49,10 @@ def networkx_baseline(spec: str) -> dict:
     fab = build_fabric(spec)
     t0 = time.perf_counter()
     G = nx.Graph()
-    name = lambda p: fab.ports[p].name if fab.ports[p].node < fab.n_gpus else fab.nodes[fab.ports[p].node].name
+
+    def name(p):
+        return fab.ports[p].name if fab.ports[p].node < fab.n_gpus else fab.nodes[fab.ports[p].node].name
+
     for l in fab.links:
         G.add_edge(name(l.a), name(l.b))
     gpu_ports = [[p.name for p in fab.ports if p.node == g] for g in range(fab.n_gpus)]

@@ -226,7 +226,7 @@ def prove_path(live: LiveRun, src_port: str, dst: str, sport: int = 49152, count
     groups_before = {sw: dump_group_buckets(sw) for sw in switches}
     send_udp(live, src_port, model.dst_ip, sport, count)
     hops = [(h.switch, h.out_port) for h in model.hops]
-    for attempt in range(3):  # OVS pushes datapath counters to entries lazily, not all switches at once
+    for _attempt in range(3):  # OVS pushes datapath counters to entries lazily, not all switches at once
         observed = _counted(switches, before, groups_before, count)
         if sorted(observed) == sorted(hops):
             break

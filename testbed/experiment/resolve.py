@@ -177,7 +177,7 @@ def _resolve_fabric(spec: dict, label: str, fabric_spec: str, trace, model, time
     repeats = []
     for k in range(spec["repeats"]):
         seed = spec["seed"] + k
-        plan = _user(lambda: workload.plan(
+        plan = _user(lambda seed=seed: workload.plan(
             trace, model, times, fab.n_gpus, int(fab.params["gpus_per_server"]), float(fab.params["gpu_gbps"]) * 1e9,
             rate_scale=em["rate_scale"], size_scale=w["size_scale"], tp=d["tp"],
             prefill_instances=d["prefill_instances"], decode_instances=d["decode_instances"], mapping=d["mapping"],

@@ -17,6 +17,7 @@ import subprocess
 import sys
 import time
 from contextlib import contextmanager
+from dataclasses import dataclass
 from pathlib import Path
 
 from traffic.agent import Agent
@@ -58,41 +59,54 @@ def _vswitchd_pid() -> int:
 
 
 def run_fabric(exp: Experiment, fr: FabricRun, root: Path, log=print, bar=None) -> Path:
-    """Bring the fabric up once, calibrate, replay every repeat, tear down."""
-    fab, m = fr.fabric, exp.measurement
-    with LiveFabric(fab, fr.emulation, results_dir=str(root), run_id=fr.label, log=log,
+    """Bring the fabric up once, calibrate, replay every repeat (re-taking one the hypervisor
+    voided), tear down."""
+    m = exp.measurement
+    with LiveFabric(fr.fabric, fr.emulation, results_dir=str(root), run_id=fr.label, log=log,
                     stats_interval_s=m["controller_stats_interval_s"], lldp_interval_s=m["lldp_interval_s"],
                     failplan=fr.failplan, controller=exp.spec["controller"], registry_id=f"{root.name}.{fr.label}",
                     kind="run", suppress_sigterm=False) as lf:
         live = LiveRun(lf.dir)
-        calib = None
-        if m["calibrate"]:
-            first = fr.messages[0]
-            rate = port_spec(live, first.src_port).rate_bps
-            calib = iperf3_udp(live, first.src_port, first.dst_port, rate, duration_s=2)
-            calib["ratio"] = calib["goodput_bps"] / rate
-            log(f"[zlab]   calibration {first.src_port} -> {first.dst_port}: iperf3 UDP "
-                f"{calib['goodput_bps'] / 1e6:.2f} Mb/s of {rate / 1e6:.2f} ({100 * calib['ratio']:.1f} %)")
+        calib = _calibrate(fr, live, log) if m["calibrate"] else None
         runfolder.update(lf.dir, calibration=calib, replays=[])
         for rep in fr.repeats:
-            voided = []
-            while True:
-                status = replay(exp, fr, rep, lf, live, log=log, bar=bar)
-                reason = stolen(exp, lf.dir, rep.index) if status == "complete" else None
-                if reason is None or len(voided) >= m["steal_retakes"]:
-                    break
-                raw = lf.dir / "raw" / f"rep{rep.index}"
-                kept = raw.with_name(f"rep{rep.index}.void{len(voided) + 1}")
-                raw.rename(kept)
-                voided.append({"folder": kept.name, "reason": reason})
-                log(f"[zlab]   {fr.label} {rep.index + 1}/{len(fr.repeats)}: voided ({reason}); re-taking it "
-                    f"({len(voided)}/{m['steal_retakes']}), the attempt kept in raw/{kept.name}")
+            status, voided = _take(exp, fr, rep, lf, live, log, bar)
             replays = read_json(lf.dir / "run.json")["replays"] + [{"repeat": rep.index, "status": status,
                                                                      "voided_attempts": voided}]
             runfolder.update(lf.dir, replays=replays)
             if status != "complete":
                 break
     return lf.dir
+
+
+def _calibrate(fr: FabricRun, live: LiveRun, log) -> dict:
+    """iperf3 UDP over the first message's port pair at its port rate: what the fabric carries."""
+    first = fr.messages[0]
+    rate = port_spec(live, first.src_port).rate_bps
+    calib = iperf3_udp(live, first.src_port, first.dst_port, rate, duration_s=2)
+    calib["ratio"] = calib["goodput_bps"] / rate
+    log(f"[zlab]   calibration {first.src_port} -> {first.dst_port}: iperf3 UDP "
+        f"{calib['goodput_bps'] / 1e6:.2f} Mb/s of {rate / 1e6:.2f} ({100 * calib['ratio']:.1f} %)")
+    return calib
+
+
+def _take(exp: Experiment, fr: FabricRun, rep: Repeat, lf: LiveFabric, live: LiveRun, log, bar) -> tuple[str, list]:
+    """Replay one repeat and judge it: a complete repeat the hypervisor's steal voided is set
+    aside (raw/rep<k>.void<n>) and replayed with the same seed, up to the spec's steal_retakes;
+    returns the last attempt's status and the voided attempts."""
+    m = exp.measurement
+    voided = []
+    while True:
+        status = replay(exp, fr, rep, lf, live, log=log, bar=bar)
+        reason = stolen(exp, lf.dir, rep.index) if status == "complete" else None
+        if reason is None or len(voided) >= m["steal_retakes"]:
+            return status, voided
+        raw = lf.dir / "raw" / f"rep{rep.index}"
+        kept = raw.with_name(f"rep{rep.index}.void{len(voided) + 1}")
+        raw.rename(kept)
+        voided.append({"folder": kept.name, "reason": reason})
+        log(f"[zlab]   {fr.label} {rep.index + 1}/{len(fr.repeats)}: voided ({reason}); re-taking it "
+            f"({len(voided)}/{m['steal_retakes']}), the attempt kept in raw/{kept.name}")
 
 
 def stolen(exp: Experiment, fdir: Path, repeat: int) -> str | None:
@@ -110,7 +124,36 @@ def stolen(exp: Experiment, fdir: Path, repeat: int) -> str | None:
 
 
 def replay(exp: Experiment, fr: FabricRun, rep: Repeat, lf: LiveFabric, live: LiveRun, log=print, bar=None) -> str:
-    """One repeat: its own collector, agent and raw/rep<k>/ records, on the fabric already up."""
+    """One repeat: its own collector, agent and raw/rep<k>/ records, on the fabric already up.
+    Set up, connect the QPs, post the schedule, run it, collect what the repeat leaves behind,
+    and always tear down, recording what was done; returns complete, timeout or incomplete."""
+    r = _set_up(exp, fr, rep, lf)
+    status = "incomplete"
+    try:
+        queue = _connect(exp, fr, rep, live, r.agent)
+        drops_before = losses.snapshot(live, _vswitchd_pid())
+        t0 = _post(fr, lf, r, queue)
+        status = _run(exp, rep, r, t0, len(queue), bar)
+        _collect(fr, rep, live, r, drops_before, log)
+    finally:
+        _tear_down(r, lf, status, log)
+    return status
+
+
+@dataclass
+class _Replay:
+    """What one repeat has started: what its tear-down stops and records."""
+
+    label: str
+    raw: Path
+    collector: subprocess.Popen
+    records: JsonLines
+    agent: Agent
+    injector: subprocess.Popen | None = None
+
+
+def _set_up(exp: Experiment, fr: FabricRun, rep: Repeat, lf: LiveFabric) -> _Replay:
+    """The repeat's folder with its plan and sampled ports, the queue collector running, an agent."""
     fab, plan, spec, m = fr.fabric, rep.plan, exp.spec, exp.measurement
     raw = lf.dir / "raw" / f"rep{rep.index}"
     raw.mkdir(parents=True)
@@ -130,81 +173,103 @@ def replay(exp: Experiment, fr: FabricRun, rep: Repeat, lf: LiveFabric, live: Li
     agent = Agent(records.write, socket_buffer_bytes=spec["emulation"]["agent_socket_buffer_bytes"],
                   stall_ns=int(fs["stall_emulated_s"] * 1e9) if fp else None,
                   apm_timeouts=fs["apm_timeouts"] if fp and fp["recovery"] in ("host", "both") else None)
-    injector = None
-    status = "incomplete"
-    label = f"{fr.label} {rep.index + 1}/{len(fr.repeats)}"
-    try:
-        conns, queue = {}, []
-        for msg in rep.messages:
-            t = plan.transfers[msg.transfer]
-            key = (msg.src_port, msg.dst_port)
-            if key not in conns:
-                agent.add_port(port_spec(live, msg.src_port))
-                agent.add_port(port_spec(live, msg.dst_port))
-                conns[key] = agent.connect(msg.src_port, msg.dst_port, rep.qps[key], spec["deployment"]["path_mtu"])
-                alt = failures.alternate(fab, msg.src_port, msg.dst_port) if fp and fp["recovery"] in ("host", "both") \
-                    else None
-                if alt is not None:
-                    agent.add_port(port_spec(live, alt[0]))
-                    agent.add_port(port_spec(live, alt[1]))
-                    agent.set_alternate(conns[key], *alt)
-            queue.append((conns[key], msg, t))
-        drops_before = losses.snapshot(live, _vswitchd_pid())
-        # t0 only after all set-up work, so no transfer is released late in a burst
-        t0 = time.monotonic_ns() + 1_000_000_000
-        for conn, msg, t in queue:
-            agent.post(conn, msg.size_bytes, at_ns=t0 + int(t.t_post_s * 1e9),
-                       meta={"req": t.req, "shard": t.shard, "real_bytes": msg.real_bytes})
-        write_json(raw / "run_clock.json", {"t0_ns": t0, "messages": len(queue)})
-        # the schedule as posted (order, QP source ports, due times): what a referee replays
-        write_json(raw / "schedule.json", {"t0_ns": t0, "messages": [
-            {"src_port": msg.src_port, "dst_port": msg.dst_port, "sport": conn.sport, "size_bytes": msg.size_bytes,
-             "real_bytes": msg.real_bytes, "t_due_ns": int(t.t_post_s * 1e9), "req": t.req, "shard": t.shard}
-            for conn, msg, t in queue]}, sort_keys=False)
-        if fp:
-            injector = _start_injector(lf, t0, raw)
-        if bar is not None:
-            bar.reset(total=len(queue))
-            bar.set_description(label)
-            bar.refresh()
-        last = [0]
+    return _Replay(f"{fr.label} {rep.index + 1}/{len(fr.repeats)}", raw, collector, records, agent)
 
-        def progress(a):
-            if bar is not None and len(a.done) != last[0]:
-                bar.update(len(a.done) - last[0])
-                last[0] = len(a.done)
 
-        deadline = t0 + int((plan.horizon_s + spec["timeout_s"]) * 1e9)
-        with _priority(AGENT_NICE):
-            finished = agent.run(deadline_ns=deadline, progress=progress)
-        progress(agent)
-        status = "complete" if finished else "timeout"
-        if fp and rep.index == 0:
-            _verify_paths(fr, live, agent, raw, log)
-        after = losses.snapshot(live, _vswitchd_pid())
-        write_json(raw / "drops.json", {"before": drops_before, "after": after,
-                                        "delta": losses.delta(drops_before, after)})
-    finally:
-        stop_error = None
-        if injector is not None:
-            try:
-                _stop_injector(injector, raw, lf, log)
-            except LabFailure as exc:  # raised once everything of the repeat is recorded
-                stop_error = exc
-        collector.send_signal(signal.SIGTERM)
+def _connect(exp: Experiment, fr: FabricRun, rep: Repeat, live: LiveRun, agent: Agent) -> list[tuple]:
+    """One QP per (source, destination) port pair, with its alternate path when hosts recover
+    from failures; returns the messages in posting order as (QP, message, transfer)."""
+    fab, plan, fp = fr.fabric, rep.plan, fr.failplan
+    conns, queue = {}, []
+    for msg in rep.messages:
+        t = plan.transfers[msg.transfer]
+        key = (msg.src_port, msg.dst_port)
+        if key not in conns:
+            agent.add_port(port_spec(live, msg.src_port))
+            agent.add_port(port_spec(live, msg.dst_port))
+            conns[key] = agent.connect(msg.src_port, msg.dst_port, rep.qps[key], exp.spec["deployment"]["path_mtu"])
+            alt = failures.alternate(fab, msg.src_port, msg.dst_port) if fp and fp["recovery"] in ("host", "both") \
+                else None
+            if alt is not None:
+                agent.add_port(port_spec(live, alt[0]))
+                agent.add_port(port_spec(live, alt[1]))
+                agent.set_alternate(conns[key], *alt)
+        queue.append((conns[key], msg, t))
+    return queue
+
+
+def _post(fr: FabricRun, lf: LiveFabric, r: _Replay, queue: list[tuple]) -> int:
+    """Post every message at its due time after t0, record the clock and the schedule as posted,
+    start the failure injector; returns t0 (ns, monotonic)."""
+    # t0 only after all set-up work, so no transfer is released late in a burst
+    t0 = time.monotonic_ns() + 1_000_000_000
+    for conn, msg, t in queue:
+        r.agent.post(conn, msg.size_bytes, at_ns=t0 + int(t.t_post_s * 1e9),
+                     meta={"req": t.req, "shard": t.shard, "real_bytes": msg.real_bytes})
+    write_json(r.raw / "run_clock.json", {"t0_ns": t0, "messages": len(queue)})
+    # the schedule as posted (order, QP source ports, due times): what a referee replays
+    write_json(r.raw / "schedule.json", {"t0_ns": t0, "messages": [
+        {"src_port": msg.src_port, "dst_port": msg.dst_port, "sport": conn.sport, "size_bytes": msg.size_bytes,
+         "real_bytes": msg.real_bytes, "t_due_ns": int(t.t_post_s * 1e9), "req": t.req, "shard": t.shard}
+        for conn, msg, t in queue]}, sort_keys=False)
+    if fr.failplan:
+        r.injector = _start_injector(lf, t0, r.raw)
+    return t0
+
+
+def _run(exp: Experiment, rep: Repeat, r: _Replay, t0: int, n_messages: int, bar) -> str:
+    """Let the agent play the schedule, at high priority, until every message completed
+    ("complete") or the plan's horizon plus the spec's timeout passed ("timeout")."""
+    if bar is not None:
+        bar.reset(total=n_messages)
+        bar.set_description(r.label)
+        bar.refresh()
+    last = [0]
+
+    def progress(a):
+        if bar is not None and len(a.done) != last[0]:
+            bar.update(len(a.done) - last[0])
+            last[0] = len(a.done)
+
+    deadline = t0 + int((rep.plan.horizon_s + exp.spec["timeout_s"]) * 1e9)
+    with _priority(AGENT_NICE):
+        finished = r.agent.run(deadline_ns=deadline, progress=progress)
+    progress(r.agent)
+    return "complete" if finished else "timeout"
+
+
+def _collect(fr: FabricRun, rep: Repeat, live: LiveRun, r: _Replay, drops_before: dict, log) -> None:
+    """What only the live fabric can tell once the schedule ran: the first repeat of a failure
+    run proves a few hit QPs' paths; every repeat records the drop counters' change."""
+    if fr.failplan and rep.index == 0:
+        _verify_paths(fr, live, r.agent, r.raw, log)
+    after = losses.snapshot(live, _vswitchd_pid())
+    write_json(r.raw / "drops.json", {"before": drops_before, "after": after,
+                                      "delta": losses.delta(drops_before, after)})
+
+
+def _tear_down(r: _Replay, lf: LiveFabric, status: str, log) -> None:
+    """Stop the injector and the collector, record the agent's counters and the end time, close
+    the records; an injector that failed to stop is raised only after all of that is recorded."""
+    stop_error = None
+    if r.injector is not None:
         try:
-            collector.wait(timeout=10)
-        except subprocess.TimeoutExpired:
-            collector.kill()
-        agent.collect_socket_drops()
-        write_json(raw / "counters.json", agent.counters())
-        agent.close()
-        records.close()
-        runfolder.update_json(raw / "run_clock.json", t_end_ns=time.monotonic_ns())
-        log(f"[zlab]   {label}: {len(agent.done)}/{sum(c.posted for c in agent.conns)} messages completed ({status})")
-        if stop_error is not None:
-            raise stop_error
-    return status
+            _stop_injector(r.injector, r.raw, lf, log)
+        except LabFailure as exc:  # raised once everything of the repeat is recorded
+            stop_error = exc
+    r.collector.send_signal(signal.SIGTERM)
+    try:
+        r.collector.wait(timeout=10)
+    except subprocess.TimeoutExpired:
+        r.collector.kill()
+    r.agent.collect_socket_drops()
+    write_json(r.raw / "counters.json", r.agent.counters())
+    r.agent.close()
+    r.records.close()
+    runfolder.update_json(r.raw / "run_clock.json", t_end_ns=time.monotonic_ns())
+    log(f"[zlab]   {r.label}: {len(r.agent.done)}/{sum(c.posted for c in r.agent.conns)} messages completed ({status})")
+    if stop_error is not None:
+        raise stop_error
 
 
 def _start_injector(lf: LiveFabric, t0: int, raw: Path) -> subprocess.Popen:
@@ -223,7 +288,7 @@ def _stop_injector(p: subprocess.Popen, raw: Path, lf: LiveFabric, log) -> None:
         p.wait(timeout=30)
     except subprocess.TimeoutExpired:
         p.kill()
-        raise LabFailure("the failure injector did not stop in 30 s", str(raw / "injector.log"))
+        raise LabFailure("the failure injector did not stop in 30 s", str(raw / "injector.log")) from None
     recs = read_jsonl(raw / "injections.jsonl")
     errors = [r["error"] for r in recs if r["action"] == "error"] + [e for r in recs if r["action"] == "restore"
                                                                        for e in r.get("errors", [])]

@@ -28,7 +28,7 @@ def draw(fab: Fabric, lay: Layout, path: str, title: str | None = None) -> None:
     scale = min(1.0, 40.0 / max(width, depth))
     fig, ax = plt.subplots(figsize=(max(6.0, width * scale * 0.9 + 2), max(3.0, depth * scale * 0.6 + 1.5)))
     rack_depth = c.row_pitch_m * 0.5
-    for i, r in enumerate(lay.racks):
+    for r in lay.racks:
         ax.add_patch(Rectangle((r.x_m, r.y_m), c.rack_width_m * 0.92, rack_depth, facecolor=ROLE_COLOURS[r.role],
                                edgecolor="#444", linewidth=0.4))
     for t in (0.0, width / 2, width):  # cross trays

@@ -20,7 +20,7 @@ def _tagged_bridges(run_id: str) -> set[str]:
         out = run(["ovs-vsctl", "--timeout=10", "--format=json", "--columns=name", "find", "bridge",
                    f"external_ids:zlab-run={run_id}"])
     except CommandError as exc:
-        raise CommandError(f"cannot list OVS bridges ({exc}); is OVS running? bash scripts/provision.sh --services")
+        raise CommandError(f"cannot list OVS bridges ({exc}); is OVS running? bash scripts/provision.sh --services") from None
     return {row[0] for row in json.loads(out)["data"]}
 
 

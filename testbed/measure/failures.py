@@ -98,7 +98,7 @@ def events(fd, tables: dict) -> list[dict]:
     onsets = _onsets(doc, inj)
     ends = [r["t_ns"] for r in inj if r["action"] in ("up", "clear", "restore")]
     out = []
-    for i, (rec, step, new) in enumerate(onsets):
+    for rec, step, new in onsets:
         t_fail = rec["t_ns"]
         t_next = min([t for t in ends if t > t_fail] + [t_end])
         hit = [q for q, x in zip(qps, crossing(fd.fabric, flows, new)) if x]

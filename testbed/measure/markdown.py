@@ -55,11 +55,29 @@ def _mean(values) -> float | None:
 
 
 def markdown(run: dict, exp: dict, metrics: dict, plots: list[str]) -> str:
-    spec = exp["spec"]
+    """The whole report: its sections in reading order, one blank line between them."""
     fabs = metrics["fabrics"]
-    labels = list(fabs)
-    cmp_ = metrics.get("comparison")
-    k = max(s["summary"]["repeats"] for s in fabs.values())
+    sections = [
+        status(run, fabs),
+        headline(metrics),
+        ttft_decomposed(fabs),
+        every_repeat(fabs),
+        fidelity_checks(exp["spec"]["measurement"], fabs),
+        setup(exp, list(fabs)),
+        published(),
+        plot_links(plots),
+        [SOURCES],
+    ]
+    return "\n\n".join("\n".join(lines) for lines in sections) + "\n"
+
+
+SOURCES = ("Raw records (`<fabric>/raw/rep<k>/*.jsonl`) and tables (`tables/*.parquet`) hold everything these numbers "
+           "come from; `zlab report RUN` recomputes them.")
+
+
+def status(run: dict, fabs: dict) -> list[str]:
+    """Title, the run's status (and why it stopped), each fabric's fidelity verdict, and the
+    repeats re-taken because the hypervisor stole the CPU (where their voided data is kept)."""
     L = [f"# zlab run `{run['run_id']}`", "",
          f"Status: **{run.get('status')}**" + (" — INCOMPLETE: numbers cover only what was recorded"
                                                if run.get("status") != "complete" else "")
@@ -74,9 +92,19 @@ def markdown(run: dict, exp: dict, metrics: dict, plots: list[str]) -> str:
     if retaken:
         L += ["", "Re-taken repeats (voided by hypervisor steal alone, a cause outside the run, and replayed with the "
               "same seed): " + "; ".join(retaken)]
-    L += ["", f"All figures are from the **emulated** fabric, converted to real-cluster units where marked (real = "
-          f"emulated / dilation). Each cell: mean ± 95 % confidence half-width over {k} independent repeats (new QP "
-          "source ports — ECMP entropy — and scheduler seed each).", ""]
+    return L
+
+
+def headline(metrics: dict) -> list[str]:
+    """The side-by-side table: each ROWS metric as mean ± 95 % CI per fabric, and with two
+    fabrics their ratio and in how many repeats the first one was better."""
+    fabs = metrics["fabrics"]
+    labels = list(fabs)
+    cmp_ = metrics.get("comparison")
+    k = max(s["summary"]["repeats"] for s in fabs.values())
+    L = [f"All figures are from the **emulated** fabric, converted to real-cluster units where marked (real = "
+         f"emulated / dilation). Each cell: mean ± 95 % confidence half-width over {k} independent repeats (new QP "
+         "source ports — ECMP entropy — and scheduler seed each).", ""]
     head = "| metric | " + " | ".join(labels)
     sep = "|---|" + "---|" * len(labels)
     if cmp_:
@@ -91,13 +119,19 @@ def markdown(run: dict, exp: dict, metrics: dict, plots: list[str]) -> str:
             else:
                 cells += ["", ""]
         L.append(f"| {name} | " + " | ".join(cells) + " |")
+    return L
 
-    L += ["", "## TTFT, decomposed", "",
-          "TTFT = prefill queue wait + prefill compute + KV transfer + first decode step. Only the KV transfer is "
-          "measured; the rest is the workload model's (README: these time parameters are assumptions). "
-          "Medians and p99 (real ms), mean over repeats:", "",
-          "| component | how it is obtained | " + " | ".join(f"{lab} p50 | {lab} p99" for lab in labels) + " |",
-          "|---|---|" + "---|---|" * len(labels)]
+
+def ttft_decomposed(fabs: dict) -> list[str]:
+    """TTFT's four components, which are modelled and which measured, and the modelled share of
+    the median: the reader must see how little of TTFT the fabric decides."""
+    labels = list(fabs)
+    L = ["## TTFT, decomposed", "",
+         "TTFT = prefill queue wait + prefill compute + KV transfer + first decode step. Only the KV transfer is "
+         "measured; the rest is the workload model's (README: these time parameters are assumptions). "
+         "Medians and p99 (real ms), mean over repeats:", "",
+         "| component | how it is obtained | " + " | ".join(f"{lab} p50 | {lab} p99" for lab in labels) + " |",
+         "|---|---|" + "---|---|" * len(labels)]
     for comp, name, how in COMPONENTS:
         cells = []
         for lab in labels:
@@ -113,39 +147,46 @@ def markdown(run: dict, exp: dict, metrics: dict, plots: list[str]) -> str:
         kv = _mean([r["ttft_components_real_s"]["kv_transfer"]["p50"] for r in reps])
         if tt and kv is not None:
             shares.append(f"{lab} {100 * max(0.0, 1 - kv / tt):.0f} %")
-    L += ["", "Modelled share of the median TTFT (1 − median KV / median TTFT): " + ", ".join(shares) + ".", ""]
+    L += ["", "Modelled share of the median TTFT (1 − median KV / median TTFT): " + ", ".join(shares) + "."]
+    return L
 
-    L += ["## Every repeat", "", "| fabric | repeat | KV p50 / p99 (real ms) | max queueing delay (real µs) | "
-          "max offered util | retransmits | verdict |", "|---|---|---|---|---|---|---|"]
-    for lab in labels:
-        for r in fabs[lab]["repeats"]:
+
+def _ms(x: float | None) -> str:
+    return "—" if x is None else f"{1e3 * x:.2f}"
+
+
+def every_repeat(fabs: dict) -> list[str]:
+    """One row per fabric and repeat, with its own verdict: the spread behind each mean ± CI."""
+    L = ["## Every repeat", "", "| fabric | repeat | KV p50 / p99 (real ms) | max queueing delay (real µs) | "
+         "max offered util | retransmits | verdict |", "|---|---|---|---|---|---|---|"]
+    for lab, f in fabs.items():
+        for r in f["repeats"]:
             kv = r["kv_transfer_real_s"]
-            ms = lambda x: "—" if x is None else f"{1e3 * x:.2f}"  # noqa: E731
             verdict = "valid" if r["fidelity"]["valid"] else "INVALID: " + "; ".join(r["fidelity"]["reasons"])
             qd, ou = r["queue_delay_max_real_s"], r["max_offered_util"]
-            L.append(f"| {lab} | {r['repeat']} | {ms(kv['p50'])} / {ms(kv['p99'])} | "
+            L.append(f"| {lab} | {r['repeat']} | {_ms(kv['p50'])} / {_ms(kv['p99'])} | "
                      f"{'—' if qd is None else f'{1e6 * qd:.0f}'} | {'—' if ou is None else f'{ou:.2f}'} | "
                      f"{r['retransmits']} | {verdict} |")
+    return L
 
-    m = spec["measurement"]
-    L += ["", "## Fidelity checks (worst repeat)", "", "| check | limit | " + " | ".join(labels) + " |",
-          "|---|---|" + "---|" * len(labels)]
 
-    def worst(lab, fn, agg=max):
-        vals = [fn(r) for r in fabs[lab]["repeats"]]
-        vals = [v for v in vals if v is not None]
-        return agg(vals) if vals else None
+def _cpu(who: str):
+    return lambda r: r["cpu_fraction"].get(who, {}).get("max")
 
-    def cpu(who):
-        return lambda r: r["cpu_fraction"].get(who, {}).get("max")
 
-    checks = [
-        ("ovs-vswitchd CPU, max over ~250 ms intervals", f"{100 * m['max_cpu_fraction']:.0f} % of a core", cpu("ovs"), "{:.0%}"),
-        ("agent CPU, same", f"{100 * m['max_cpu_fraction']:.0f} % of a core", cpu("agent"), "{:.0%}"),
-        ("whole machine CPU, same", f"{100 * m['max_machine_cpu_fraction']:.0f} % of all cores", cpu("machine"), "{:.0%}"),
-        ("of which stolen by the hypervisor, same", f"{100 * m['max_steal_fraction']:.0f} % of all cores", cpu("steal"),
+def _checks(m: dict) -> list[tuple]:
+    """(check, limit as text, value of one repeat's metrics, format) for every fidelity check;
+    `m` is the spec's measurement section, which holds the limits."""
+    return [
+        ("ovs-vswitchd CPU, max over ~250 ms intervals", f"{100 * m['max_cpu_fraction']:.0f} % of a core", _cpu("ovs"),
          "{:.0%}"),
-        ("queue sample periods missed", f"{100 * m['max_late_sample_fraction']:.0f} %", lambda r: r["late_sample_fraction"], "{:.1%}"),
+        ("agent CPU, same", f"{100 * m['max_cpu_fraction']:.0f} % of a core", _cpu("agent"), "{:.0%}"),
+        ("whole machine CPU, same", f"{100 * m['max_machine_cpu_fraction']:.0f} % of all cores", _cpu("machine"),
+         "{:.0%}"),
+        ("of which stolen by the hypervisor, same", f"{100 * m['max_steal_fraction']:.0f} % of all cores",
+         _cpu("steal"), "{:.0%}"),
+        ("queue sample periods missed", f"{100 * m['max_late_sample_fraction']:.0f} %",
+         lambda r: r["late_sample_fraction"], "{:.1%}"),
         ("messages faster than their serialisation floor", "0", lambda r: r["below_floor_messages"], "{}"),
         ("max carried utilisation (beyond a one-frame bucket's two frames)", f"{m['max_carried_util']}",
          lambda r: r["max_carried_util"], "{:.3f}"),
@@ -165,44 +206,70 @@ def markdown(run: dict, exp: dict, metrics: dict, plots: list[str]) -> str:
         ("calibration (iperf3 / configured)", f"{100 * m['min_calibration_ratio']:.0f} %",
          lambda r: (r["calibration"] or {}).get("ratio"), "{:.1%}"),
     ]
-    for name, limit, fn, fmt in checks:
+
+
+def _worst(repeats: list[dict], fn, agg=max):
+    """The worst of one value over the repeats that have it (None when none has)."""
+    vals = [v for v in (fn(r) for r in repeats) if v is not None]
+    return agg(vals) if vals else None
+
+
+def fidelity_checks(m: dict, fabs: dict) -> list[str]:
+    """Every fidelity check beside its limit, the worst repeat per fabric (the lowest for the
+    calibration ratio, the highest for everything else)."""
+    labels = list(fabs)
+    L = ["## Fidelity checks (worst repeat)", "", "| check | limit | " + " | ".join(labels) + " |",
+         "|---|---|" + "---|" * len(labels)]
+    for name, limit, fn, fmt in _checks(m):
         agg = min if name.startswith("calibration") else max
         cells = []
         for lab in labels:
-            v = worst(lab, fn, agg)
+            v = _worst(fabs[lab]["repeats"], fn, agg)
             cells.append("—" if v is None else fmt.format(v))
         L.append(f"| {name} | {limit} | " + " | ".join(cells) + " |")
+    return L
 
-    w, d, em = spec["workload"], spec["deployment"], spec["emulation"]
+
+def setup(exp: dict, labels: list[str]) -> list[str]:
+    """What ran: the fabrics, workload, deployment, the scale factors with what one frame stands
+    for, and whether the XOFF threshold is representable at this scale."""
+    spec = exp["spec"]
+    w, d, em, m = spec["workload"], spec["deployment"], spec["emulation"], spec["measurement"]
     first = exp["fabrics"][labels[0]]
     s, sc = first["plan"], first["scaling"]
     burst = first["emulation"]["burst_bytes"] or em["mtu_bytes"] + 14
     xoff_emu = m["xoff_real_bytes"] * sc["size_scale"]
     frames = xoff_emu / burst
-    L += ["", "## Setup", "",
-          *[f"- `{lab}`: `{exp['fabrics'][lab]['fabric']}`" for lab in labels],
-          f"- workload: trace `{w['trace']}` requests {w['start_index']}…{w['start_index'] + w['requests'] - 1}, model "
-          f"`{w['model']}` ({s['kv_bytes_per_token']:,} KV bytes/token), offered load {100 * s['offered_load']:.1f} % of "
-          f"the prefill side's NIC capacity, counting the bytes actually moved (the trace alone: "
-          f"{100 * s['natural_load']:.3f} %; load factor {sc['load_factor']:.1f}), prefill utilisation "
-          f"{100 * s['prefill_utilisation']:.0f} %",
-          f"- deployment: {d['prefill_instances']} P + {d['decode_instances']} D instances of TP {d['tp']}, mapping "
-          f"`{d['mapping']}`, scheduler `{d['scheduler']}`, ZCube split `{d['split']}`, RoCE path MTU {d['path_mtu']}",
-          f"- scaling: rate_scale {sc['rate_scale']:g} (link rates), size_scale {sc['size_scale']:g} (bytes), dilation "
-          f"{sc['dilation']:g} (emulated s per real s). One {burst}-byte frame stands for "
-          f"{burst / sc['size_scale'] / 2**20:,.1f} MiB of real data. Shapers and pacers hold one frame of burst.",
-          f"- queues: XOFF {m['xoff_real_bytes']:,} real bytes = {xoff_emu:,.0f} emulated bytes = {frames:.2f} frames: "
-          + ("representable (≥ 4 frames)" if frames >= 4 else "**not representable at this scale** (< 4 frames): "
-             "backlog episodes and byte-sized queue figures are qualitative")
-          + ". Whatever the scale, the ns-3 referee found that a real network running this transport queues far less "
-            "than the emulation's real-equivalent figures (its window is 64 packets, and a scaled packet stands for "
-            "1/size_scale real bytes): read queue figures, delays included, as qualitative; completion times hold"
-          + f"; every switch egress queue sampled every {m['queue_sample_ms']} ms; utilisation windows "
-          f"{m['util_window_ms']} ms emulated; offered = (sent + backlog growth + drops) / capacity.",
-          "", "## Published reference numbers (spec §5): what is comparable", "",
-          "| what | value | context | comparable with this run? |", "|---|---|---|---|",
-          *[f"| {a} | {b} | {c} | {x} |" for a, b, c, x in PUBLISHED], "", "## Plots", ""]
-    L += [f"![{p}](plots/{p})" for p in plots]
-    L += ["", "Raw records (`<fabric>/raw/rep<k>/*.jsonl`) and tables (`tables/*.parquet`) hold everything these numbers "
-          "come from; `zlab report RUN` recomputes them.", ""]
-    return "\n".join(L)
+    return ["## Setup", "",
+            *[f"- `{lab}`: `{exp['fabrics'][lab]['fabric']}`" for lab in labels],
+            f"- workload: trace `{w['trace']}` requests {w['start_index']}…{w['start_index'] + w['requests'] - 1}, "
+            f"model `{w['model']}` ({s['kv_bytes_per_token']:,} KV bytes/token), offered load "
+            f"{100 * s['offered_load']:.1f} % of the prefill side's NIC capacity, counting the bytes actually moved "
+            f"(the trace alone: {100 * s['natural_load']:.3f} %; load factor {sc['load_factor']:.1f}), prefill "
+            f"utilisation {100 * s['prefill_utilisation']:.0f} %",
+            f"- deployment: {d['prefill_instances']} P + {d['decode_instances']} D instances of TP {d['tp']}, mapping "
+            f"`{d['mapping']}`, scheduler `{d['scheduler']}`, ZCube split `{d['split']}`, RoCE path MTU {d['path_mtu']}",
+            f"- scaling: rate_scale {sc['rate_scale']:g} (link rates), size_scale {sc['size_scale']:g} (bytes), dilation "
+            f"{sc['dilation']:g} (emulated s per real s). One {burst}-byte frame stands for "
+            f"{burst / sc['size_scale'] / 2**20:,.1f} MiB of real data. Shapers and pacers hold one frame of burst.",
+            f"- queues: XOFF {m['xoff_real_bytes']:,} real bytes = {xoff_emu:,.0f} emulated bytes = {frames:.2f} frames: "
+            + ("representable (≥ 4 frames)" if frames >= 4 else "**not representable at this scale** (< 4 frames): "
+               "backlog episodes and byte-sized queue figures are qualitative")
+            + ". Whatever the scale, the ns-3 referee found that a real network running this transport queues far "
+              "less than the emulation's real-equivalent figures (its window is 64 packets, and a scaled packet "
+              "stands for 1/size_scale real bytes): read queue figures, delays included, as qualitative; completion "
+              "times hold"
+            + f"; every switch egress queue sampled every {m['queue_sample_ms']} ms; utilisation windows "
+            f"{m['util_window_ms']} ms emulated; offered = (sent + backlog growth + drops) / capacity."]
+
+
+def published() -> list[str]:
+    """The spec's published figures and, for each, whether this run measures anything comparable."""
+    return ["## Published reference numbers (spec §5): what is comparable", "",
+            "| what | value | context | comparable with this run? |", "|---|---|---|---|",
+            *[f"| {a} | {b} | {c} | {x} |" for a, b, c, x in PUBLISHED]]
+
+
+def plot_links(plots: list[str]) -> list[str]:
+    """The plots, as images relative to report.md (they live in plots/)."""
+    return ["## Plots", "", *[f"![{p}](plots/{p})" for p in plots]]

@@ -183,7 +183,7 @@ def failure_timeline(timelines: dict[str, dict], out: Path) -> str:
                        if "qp_migrations" in m else "C0")
             ax.set_yscale("log")
         seen = set()
-        for t, what, note in tl["marks"]:
+        for t, what, _note in tl["marks"]:
             for a in (ax, axq):
                 a.axvline(t, color=colours.get(what, "black"), lw=1, ls="--",
                           label=what if a is ax and what not in seen else None)

@@ -26,7 +26,7 @@ def check_structure(doc: dict, fab) -> None:
     assert set(topo) <= {"defaults", "kinds", "groups", "nodes", "links"}
     for labels in [topo["defaults"]["labels"]] + [n["labels"] for n in topo["nodes"].values()]:
         assert all(isinstance(k, str) and isinstance(v, str) for k, v in labels.items())
-    for name, node in topo["nodes"].items():
+    for node in topo["nodes"].values():
         assert node["kind"] in ("ovs-bridge", "linux")
         assert set(node) <= {"kind", "image", "labels", "exec"}
         if node["kind"] == "linux":
