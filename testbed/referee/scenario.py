@@ -64,6 +64,13 @@ def schedule(fdir: Path, repeat: int) -> tuple[pd.DataFrame, str]:
         .reset_index(drop=True), "transfers.jsonl (every message completed)"
 
 
+def first_requests(msgs: pd.DataFrame, n: int | None) -> list:
+    """The ids of the first n requests by request id (not by due time): the subset that ns-3
+    replays and that compare.pair keeps on the emulation's side."""
+    ids = sorted(int(r) for r in msgs["req"].unique())
+    return ids if n is None else ids[:n]
+
+
 def build(fdir: Path, experiment: dict, repeat: int, scale: str, requests: int | None = None,
           hop_delay_ns: int = 0, deadline_s: float | None = None, what_if: dict | None = None) -> Scenario:
     """The scenario of one fabric's repeat (experiment: the run's experiment.json). requests:
@@ -83,9 +90,10 @@ def build(fdir: Path, experiment: dict, repeat: int, scale: str, requests: int |
     if requests is not None:
         if requests < 1:
             raise UserInputError(f"requests must be >= 1 (got {requests})")
-        keep = sorted(msgs["req"].unique())[:requests]
+        keep = first_requests(msgs, requests)
         msgs = msgs[msgs["req"].isin(keep)].reset_index(drop=True)
-        notes.append(f"first {len(keep)} request(s) only")
+        notes.append(f"first {len(keep)} request(s) by id only (the emulation's figures for them still carry "
+                     f"the later requests' cross-traffic)")
     real = scale == "real"
     size_col = "real_bytes" if real else "size_bytes"
     t_factor = 1.0 / sc["dilation"] if real else 1.0
