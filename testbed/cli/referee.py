@@ -46,7 +46,8 @@ def cmd_referee(args) -> int:
             print(f"  {ref.ratio_name(r)}: emulation {r['emu']:.3f}, ns-3 {r['ns3']:.3f} (gap {100 * r['gap']:.1f} %)")
         for label, f in s["fabrics"].items():
             print(f"  {label:<8} switch-queue drops: emulation {ref.drops_text(f['drops']['emu'])}, ns-3 {f['drops']['ns3']}")
-        for text in (ref.excluded_text(s), ref.incomplete_text(s)):
+        for text in (ref.excluded_text(s), ref.incomplete_text(s),
+                     *(ref.routing_text(label, r) for label, r in s.get("routing", {}).items())):
             if text:
                 print(f"  {text}")
         keys = [("verdict", "raw, ns-3 as it ran")]

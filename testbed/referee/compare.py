@@ -165,11 +165,12 @@ def _interval_gap(emu: float, lo: float, hi: float) -> float:
     return _rel(lo if emu < lo else hi, emu)
 
 
-def summarise(pairs: list[Pair], excluded: list[dict] | None = None, labels: list[str] | None = None) -> dict:
+def summarise(pairs: list[Pair], excluded: list[dict] | None = None, labels: list[str] | None = None,
+              routing: dict | None = None) -> dict:
     """Per fabric: means over repeats with 95 % CIs on both sides and their relative gaps; the p99
     ratio of the first two fabrics (labels: the experiment's order); link and queue agreement; the
     verdicts. excluded: repeats left out (INVALID emulation), named in the summary."""
-    out: dict = {"fabrics": {}, "bands": BANDS, "excluded": list(excluded or [])}
+    out: dict = {"fabrics": {}, "bands": BANDS, "excluded": list(excluded or []), "routing": dict(routing or {})}
     present = list(dict.fromkeys(p.label for p in pairs))
     labels = [lab for lab in (labels or present) if lab in present]
     for label in labels:
@@ -243,6 +244,8 @@ def _verdict(s: dict, suffix: str = "") -> dict:
     if "kv_p99_ratio" + suffix in s:
         r = s["kv_p99_ratio" + suffix]
         checks[f"{r['a']}/{r['b']} KV p99 ratio"] = bool(r[gap] <= BANDS["kv_p99_ratio"])
+    for label, r in s.get("routing", {}).items():  # routes that are not the graph's make agreement moot
+        checks[f"{label} routing oracle"] = bool(r["ok"])
     for e in s.get("excluded", []):
         if e["label"] not in s["fabrics"]:
             checks[f"{e['label']} has a valid repeat"] = False

@@ -11,7 +11,7 @@ from ..errors import UserInputError
 from ..measure.markdown import ci_text
 from ..measure.tables import FabricData
 from ..records import read_json, write_json
-from . import compare, scenario, simulate
+from . import compare, routing, scenario, simulate
 
 SECTION = "report.md"
 # the verdict that decides `zlab referee`'s exit code at each scale (the raw one is always printed first):
@@ -68,7 +68,10 @@ def referee(root: Path, scale: str, requests: int | None = None, repeats: int | 
                     + missing_text(pairs[-1].missing))
     if not pairs and not excluded:
         raise UserInputError(f"{root}: no repeat with raw records to referee")
-    summary = compare.summarise(pairs, excluded, labels)
+    # the flow entries against the cabling alone, on the pairs the schedule uses: what both engines executed
+    oracle = {label: routing.check(root / label / "fabric.json", root / label / "flows.json",
+                                   routing.scheduled_pairs(root / label) or None).as_dict() for label in labels}
+    summary = compare.summarise(pairs, excluded, labels, routing=oracle)
     summary.update({"scale": scale, "requests": requests, "hop_delay_ns": hop_delay_ns, "what_if": what_if or {},
                     "wall_s": time.monotonic() - t0, "notes": sorted({n for p in pairs for n in p.notes}),
                     "dilation": {label: exp["fabrics"][label]["scaling"]["dilation"] for label in labels},
@@ -85,6 +88,17 @@ def missing_text(missing: list[dict], most: int = 8) -> str:
     """Incomplete messages by id (and request), the first few."""
     head = ", ".join(f"msg {m['msg']} (req {m['req']}, {m['src_port']} -> {m['dst_port']})" for m in missing[:most])
     return head + (f" and {len(missing) - most} more" if len(missing) > most else "")
+
+
+def routing_text(label: str, r: dict) -> str:
+    """The routing oracle's finding for one fabric, in one line."""
+    bad = [f"{len(r[k]) if isinstance(r[k], list) else r[k]} {k.replace('_', ' ')}"
+           for k in ("misdelivered", "not_shortest", "not_the_unique_path", "share_failures", "starved") if r[k]]
+    return (f"routing oracle, {label}: {'ok' if r['ok'] else 'FAILED (' + ', '.join(bad or ['nothing routed']) + ')'} — "
+            f"{r['routed']}/{r['pairs']} pairs delivered on shortest paths, {r['unique_pairs']} with a unique one "
+            f"followed; ECMP: worst switch share {100 * r['max_share_deviation']:.0f} % off uniform "
+            f"(tolerance {100 * r['share_tolerance']:.0f} %), least-served member {r['min_member_share']:.2f} "
+            f"of its fair share (floor {r['starve_floor']:.2f})")
 
 
 def verdict_text(v: dict) -> str:
@@ -161,6 +175,7 @@ def _same_section(s: dict) -> list[str]:
                       ("verdict_link_model", "between ns-3 less the link-model term and ns-3 as it ran")):
         out.append(f"- Verdict, {what}: " + verdict_text(s[key]))
     out += [f"- {t}" for t in (excluded_text(s), incomplete_text(s)) if t]
+    out += [f"- {routing_text(label, r)}" for label, r in s.get("routing", {}).items()]
     out += ["", "The link-model term (`testbed/referee/compare.py: shaper_term`) is what ns-3's serialising, "
                 "store-and-forward links add over the emulation's htb-shaped veths on an idle path: the last frame's "
                 "serialisation at the sender, the first frame's at each switch and the ACK's on the way back. At the "
