@@ -8,10 +8,52 @@ from pathlib import Path
 from .output import print_json
 
 
+def cmd_oracles(args) -> int:
+    """`zlab referee --oracles`: the queueing oracles in ns-3 (and the routing oracle on a run, if given)."""
+    from ..referee import oracles, routing
+
+    res = oracles.run_all(no_pacing=args.debug_no_pacing, log=(lambda *_: None) if args.json else print)
+    if args.run_dir:
+        res["routing"] = routing.check_run(Path(args.run_dir))
+        res["ok"] = res["ok"] and all(r["ok"] for r in res["routing"].values())
+    if args.json:
+        print_json(res)
+        return 0 if res["ok"] else 3
+    if args.debug_no_pacing:
+        print("DEBUG: the NIC pacer is removed (a broken transport): every oracle should FAIL")
+    d, m, f = res["dd1"], res["md1"], res["fair_share"]
+    ok = lambda r: "ok" if r["ok"] else "FAILED"  # noqa: E731
+    print(f"D/D/1 (rho {d['rho']}, {d['messages']} messages): max |wait| {d['max_abs_wait_us']:.3g} µs against 0 "
+          f"(tolerance {d['tolerance_us']} µs), NIC drops {d['nic_drops']}: {ok(d)}")
+    print(f"M/D/1 (rho {m['rho']}, {m['messages']} Poisson messages, seed {m['seed']}): mean wait "
+          f"{m['mean_wait_us'] / 1e3:.4g} ms vs Pollaczek-Khinchine {m['pollaczek_khinchine_us'] / 1e3:.4g} ms "
+          f"({100 * m['mean_gap']:.2f} %, tolerance {100 * m['tolerance']['mean']:.0f} %); p99 "
+          f"{m['p99_wait_us'] / 1e3:.4g} ms vs exact {m['exact_p99_us'] / 1e3:.4g} ms ({100 * m['p99_gap']:.2f} %, "
+          f"tolerance {100 * m['tolerance']['p99']:.0f} %); per message off Lindley by at most "
+          f"{m['max_off_lindley_us']:.3g} µs: {ok(m)}")
+    print(f"fair share ({f['flows']} flows of {'/'.join(map(str, f['sizes_frames']))} frames, one bottleneck): "
+          f"completion off processor sharing by at most {100 * f['max_gap']:.2f} % "
+          f"(tolerance {100 * f['tolerance']:.0f} %), NIC drops {f['nic_drops']}: {ok(f)}")
+    for label, r in res.get("routing", {}).items():
+        print(ref_routing_text(label, r))
+    print(f"oracles: {'ALL PASS' if res['ok'] else 'FAILED'}")
+    return 0 if res["ok"] else 3
+
+
+def ref_routing_text(label: str, r: dict) -> str:
+    from ..referee.referee import routing_text
+
+    return routing_text(label, r)
+
+
 def cmd_referee(args) -> int:
     from ..referee import referee as ref
     from ..referee.scenario import SCALES
 
+    if args.oracles or args.debug_no_pacing:
+        return cmd_oracles(args)
+    if args.run_dir is None or args.scale is None:
+        args.parser.error("a run folder and --scale are required (or --oracles)")
     root = Path(args.run_dir)
     log = (lambda *_: None) if args.json else print
     scales = SCALES if args.scale == "both" else (args.scale,)
@@ -81,9 +123,14 @@ def add_commands(sub) -> None:
                     "exit 3 when any scale asked misses a band, when ns-3 leaves a message incomplete, or when a\n"
                     "fabric has no valid repeat (INVALID emulation repeats are left out and named).\n"
                     "Needs the optional ns-3 referee: bash scripts/provision.sh --referee (zlab doctor says).")
-    rf.add_argument("run_dir", help="a run folder written by zlab run")
-    rf.add_argument("--scale", choices=("same", "real", "both"), required=True,
-                    help="same: emulated units; real: real rates and sizes; both")
+    rf.add_argument("run_dir", nargs="?", help="a run folder written by zlab run")
+    rf.add_argument("--scale", choices=("same", "real", "both"),
+                    help="same: emulated units; real: real rates and sizes; both (required unless --oracles)")
+    rf.add_argument("--oracles", action="store_true",
+                    help="run the queueing oracles in ns-3 (D/D/1, M/D/1, fair share against their formulas), "
+                         "and the routing oracle on RUN's fabrics if a run folder is given; exit 3 if one fails")
+    rf.add_argument("--debug-no-pacing", action="store_true",
+                    help="with --oracles: replay them with the NIC pacer removed, a broken transport they must catch")
     rf.add_argument("--requests", type=int, metavar="N",
                     help="real scale: replay only the first N requests (by request id) of each repeat, and "
                          "compare the emulation's same requests (ns-3 time grows with 1/size_scale); default all")
@@ -97,4 +144,4 @@ def add_commands(sub) -> None:
     rf.add_argument("--what-if-payload-bytes", type=int, metavar="B",
                     help="replay with another payload per packet (bytes), e.g. the emulation's frame in real bytes")
     rf.add_argument("--json", action="store_true", help="print the summaries as JSON")
-    rf.set_defaults(func=cmd_referee)
+    rf.set_defaults(func=cmd_referee, parser=rf)

@@ -95,8 +95,8 @@ def routing_text(label: str, r: dict) -> str:
     bad = [f"{len(r[k]) if isinstance(r[k], list) else r[k]} {k.replace('_', ' ')}"
            for k in ("misdelivered", "not_shortest", "not_the_unique_path", "share_failures", "starved") if r[k]]
     return (f"routing oracle, {label}: {'ok' if r['ok'] else 'FAILED (' + ', '.join(bad or ['nothing routed']) + ')'} — "
-            f"{r['routed']}/{r['pairs']} pairs delivered on shortest paths, {r['unique_pairs']} with a unique one "
-            f"followed; ECMP: worst switch share {100 * r['max_share_deviation']:.0f} % off uniform "
+            f"{r['routed']} of {r['pairs']} NIC pairs routed (the rest get no entry at their first switch), "
+            f"{r['unique_pairs']} with a unique shortest path; ECMP: worst switch share {100 * r['max_share_deviation']:.0f} % off uniform "
             f"(tolerance {100 * r['share_tolerance']:.0f} %), least-served member {r['min_member_share']:.2f} "
             f"of its fair share (floor {r['starve_floor']:.2f})")
 

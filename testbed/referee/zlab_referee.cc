@@ -81,6 +81,7 @@ struct Params {
   uint64_t hop_delay_ns = 0;
   uint64_t sample_period_ns = 10000000;
   uint64_t deadline_ns = 0;            // stop here even if messages are pending
+  uint64_t debug_no_pacing = 0;        // 1: a deliberately broken NIC without its pacer (oracle tests)
 };
 
 // ---- model --------------------------------------------------------------------------------
@@ -232,22 +233,32 @@ static Ptr<Packet> NextData(QP& q, uint64_t& frame_bytes) {
 
 static void TxDone(int port_id) { nics[port_id].busy = false; TryTransmit(port_id); }
 
-static void TryTransmit(int port_id) {
-  Nic& n = nics[port_id];
-  if (n.busy) return;
+static Ptr<Packet> NextFrame(Nic& n, uint64_t& bytes) {  // ACKs first, then the QPs round robin
   Ptr<Packet> p;
-  uint64_t bytes = 0;
   if (!n.ctrl.empty()) {
     p = n.ctrl.front(); n.ctrl.pop_front(); bytes = p->GetSize() + PPP_HEADER_BYTES;
-  } else {
-    size_t cnt = n.requesters.size();
-    for (size_t i = 0; i < cnt && !p; i++) {
-      QP* q = n.requesters[(n.rr + i) % cnt];
-      if (!HasData(*q)) continue;
-      p = NextData(*q, bytes);
-      if (p) n.rr = (n.rr + i + 1) % cnt;
-    }
+    return p;
   }
+  size_t cnt = n.requesters.size();
+  for (size_t i = 0; i < cnt && !p; i++) {
+    QP* q = n.requesters[(n.rr + i) % cnt];
+    if (!HasData(*q)) continue;
+    p = NextData(*q, bytes);
+    if (p) n.rr = (n.rr + i + 1) % cnt;
+  }
+  return p;
+}
+
+static void TryTransmit(int port_id) {
+  Nic& n = nics[port_id];
+  uint64_t bytes = 0;
+  if (P.debug_no_pacing) {  // DEBUG ONLY: the broken transport the oracles must catch (no pacer:
+    // every frame the window allows goes to the NIC's queue at once)
+    for (Ptr<Packet> p = NextFrame(n, bytes); p; p = NextFrame(n, bytes)) SendOn(port_id, p);
+    return;
+  }
+  if (n.busy) return;
+  Ptr<Packet> p = NextFrame(n, bytes);
   if (!p) return;
   SendOn(port_id, p);
   n.busy = true;  // the pacer: the next frame leaves one serialisation time later
@@ -419,7 +430,8 @@ static void SetParam(const std::string& k, uint64_t v) {
       {"reth_bytes", &P.reth_bytes}, {"ack_frame_bytes", &P.ack_frame_bytes}, {"window_pkts", &P.window_pkts},
       {"ackreq_every", &P.ackreq_every}, {"ack_coalesce", &P.ack_coalesce}, {"rto_floor_ns", &P.rto_floor_ns},
       {"rto_max_ns", &P.rto_max_ns}, {"hop_delay_ns", &P.hop_delay_ns},
-      {"sample_period_ns", &P.sample_period_ns}, {"deadline_ns", &P.deadline_ns}};
+      {"sample_period_ns", &P.sample_period_ns}, {"deadline_ns", &P.deadline_ns},
+      {"debug_no_pacing", &P.debug_no_pacing}};
   auto it = known.find(k);
   if (it == known.end()) Fail("unknown param " + k);
   *it->second = v;
