@@ -76,7 +76,10 @@ def pair(fd: FabricData, res: Result, xoff_real_bytes: float, emu_valid: bool | 
     short = {m["req"] for m in missing}  # a request with an incomplete message has no completion time
     ns_kv = ns.assign(c=ns_msg).groupby("req")["c"].max().drop(index=list(short))
     rate = fd.port_rate_bps(ns["src_port"]) / (fd.rate_scale if real else 1.0)
-    ns_msg_adj = ns_msg if real else ns_msg - shaper_term(ns, rate, sc.payload_per_packet)
+    # the term corrects ns-3's serialising links toward the emulation's; with the emulation's own
+    # link model (bucket) there is nothing to correct
+    serialiser = sc.link_model == "serialiser"
+    ns_msg_adj = ns_msg - shaper_term(ns, rate, sc.payload_per_packet) if serialiser and not real else ns_msg
     ns_kv_adj = ns.assign(c=ns_msg_adj).groupby("req")["c"].max().drop(index=list(short))
     lb = fd.link_bytes().set_index("port")
     ports = list(lb.index)

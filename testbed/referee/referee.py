@@ -14,9 +14,13 @@ from ..records import read_json, write_json
 from . import compare, routing, scenario, simulate
 
 SECTION = "report.md"
-# the verdict that decides `zlab referee`'s exit code at each scale (the raw one is always printed first):
-# at the emulation's scale, the interval between ns-3's and the emulation's link models; at real scale, raw
-GATE = {"same": "verdict_link_model", "real": "verdict"}
+
+
+def gate(s: dict) -> str:
+    """The verdict that decides `zlab referee`'s exit code (the raw one is always printed first):
+    raw, unless ns-3 ran its serialising links at the emulation's scale; then the emulation must
+    fall between ns-3 less the link-model term and ns-3 as it ran."""
+    return "verdict_link_model" if s.get("scale") == "same" and s.get("link_model") == "serialiser" else "verdict"
 
 
 def fabric_labels(root: Path, exp: dict) -> list[str]:
@@ -24,7 +28,7 @@ def fabric_labels(root: Path, exp: dict) -> list[str]:
 
 
 def referee(root: Path, scale: str, requests: int | None = None, repeats: int | None = None,
-            hop_delay_ns: int = 0, log=print, what_if: dict | None = None) -> dict:
+            hop_delay_ns: int = 0, log=print, what_if: dict | None = None, link_model: str | None = None) -> dict:
     """Replay, compare, write; return the summary (see compare.summarise). A what-if replay
     (changed window or packet size) goes to referee/<scale>-whatif.json, never over the real one."""
     root = Path(root)
@@ -41,6 +45,7 @@ def referee(root: Path, scale: str, requests: int | None = None, repeats: int | 
     name = f"{scale}-whatif" if what_if else scale
     metrics = read_json(root / "metrics.json") if (root / "metrics.json").exists() else {"fabrics": {}}
     pairs, excluded, t0 = [], [], time.monotonic()
+    used_model = link_model or ("serialiser" if scale == "real" else "bucket")
     for label in labels:
         n_rep = len(exp["fabrics"][label]["repeats"])
         reps = range(n_rep if repeats is None else min(repeats, n_rep))
@@ -56,7 +61,8 @@ def referee(root: Path, scale: str, requests: int | None = None, repeats: int | 
                 log(f"[zlab] referee: {label} rep {rep} is INVALID in the emulation; left out of the verdicts")
                 continue
             sc = scenario.build(root / label, exp, rep, scale, requests=requests, hop_delay_ns=hop_delay_ns,
-                                what_if=what_if)
+                                what_if=what_if, link_model=link_model)
+            used_model = sc.link_model
             res = simulate.run(sc, root / "referee" / name / label / f"rep{rep}", log=log)
             fd = FabricData(root / label, exp["fabrics"][label], rep)
             pairs.append(compare.pair(fd, res, exp["spec"]["measurement"]["xoff_real_bytes"], valid))
@@ -72,7 +78,8 @@ def referee(root: Path, scale: str, requests: int | None = None, repeats: int | 
     oracle = {label: routing.check(root / label / "fabric.json", root / label / "flows.json",
                                    routing.scheduled_pairs(root / label) or None).as_dict() for label in labels}
     summary = compare.summarise(pairs, excluded, labels, routing=oracle)
-    summary.update({"scale": scale, "requests": requests, "hop_delay_ns": hop_delay_ns, "what_if": what_if or {},
+    summary.update({"scale": scale, "link_model": used_model, "requests": requests, "hop_delay_ns": hop_delay_ns,
+                    "what_if": what_if or {},
                     "wall_s": time.monotonic() - t0, "notes": sorted({n for p in pairs for n in p.notes}),
                     "dilation": {label: exp["fabrics"][label]["scaling"]["dilation"] for label in labels},
                     "size_scale": {label: exp["fabrics"][label]["scaling"]["size_scale"] for label in labels}})
@@ -170,38 +177,54 @@ def _validity(f: dict) -> str:
 
 
 def _same_section(s: dict) -> list[str]:
+    """Same scale. With the emulation's link model in ns-3 (bucket) the raw verdict is the verdict;
+    with serialising links (summaries written before, or --link-model serialiser) the term's columns."""
+    serialiser = s.get("link_model", "serialiser") == "serialiser"
     out = ["### Same scale (emulated units)", ""]
-    for key, what in (("verdict", "ns-3 as it ran (raw)"),
-                      ("verdict_link_model", "between ns-3 less the link-model term and ns-3 as it ran")):
+    verdicts = [("verdict", "ns-3 as it ran (raw)")]
+    if serialiser:
+        verdicts.append(("verdict_link_model", "between ns-3 less the link-model term and ns-3 as it ran"))
+    for key, what in verdicts:
         out.append(f"- Verdict, {what}: " + verdict_text(s[key]))
     out += [f"- {t}" for t in (excluded_text(s), incomplete_text(s)) if t]
     out += [f"- {routing_text(label, r)}" for label, r in s.get("routing", {}).items()]
-    out += ["", "The link-model term (`testbed/referee/compare.py: shaper_term`) is what ns-3's serialising, "
-                "store-and-forward links add over the emulation's htb-shaped veths on an idle path: the last frame's "
-                "serialisation at the sender, the first frame's at each switch and the ACK's on the way back. At the "
-                "emulation's scale one frame is size_scale⁻¹ times larger than a real one, so the term is a "
-                "scale artefact of ns-3's links, not a real-network delay. It is neither a bound nor exact, so "
-                "the second verdict asks the emulation to fall between the two link models (± the band), "
-                "not onto the corrected figure; the real-scale comparison below is the check on it.", "",
-            "| mean ± 95 % CI over repeats | emulation | ns-3 | gap | ns-3 less link-model term | gap | "
-            "outside the interval | band |",
-            "|---|---|---|---|---|---|---|---|"]
+    if serialiser:
+        out += ["", "ns-3's links serialise here. The link-model term (`testbed/referee/compare.py: shaper_term`) is "
+                    "what ns-3's serialising, store-and-forward links add over the emulation's htb-shaped veths on "
+                    "an idle path: the last frame's serialisation at the sender, the first frame's at each switch "
+                    "and the ACK's on the way back. It is neither a bound nor exact, so the second verdict asks the "
+                    "emulation to fall between the two link models (± the band), not onto the corrected figure.", "",
+                "| mean ± 95 % CI over repeats | emulation | ns-3 | gap | ns-3 less link-model term | gap | "
+                "outside the interval | band |",
+                "|---|---|---|---|---|---|---|---|"]
+    else:
+        out += ["", "ns-3's links here are the emulation's link model: a drop-tail queue ahead of a token bucket "
+                    "of one frame (htb's burst) over a wire that does not serialise, so no correction is applied "
+                    "and the verdict is the raw one.", "",
+                "| mean ± 95 % CI over repeats | emulation | ns-3 | gap | band |", "|---|---|---|---|---|"]
+    pad = " | | |" if serialiser else ""
+    pad2 = " | | | | |" if serialiser else " | |"
     for label, f in s["fabrics"].items():
         for key, name in (("kv_p50", "KV completion p50 (emulated s)"), ("kv_p99", "KV completion p99 (emulated s)")):
-            a = f[key + "_link_model"]
-            out.append(f"| {label} {name} | {ci_text(f[key]['emu_s'], 1, '{:.3f}')} | {ci_text(f[key]['ns3_s'], 1, '{:.3f}')} "
-                       f"| {100 * f[key]['gap']:.1f} % | {ci_text(a['ns3_s'], 1, '{:.3f}')} | {100 * a['gap']:.1f} % "
-                       f"| {100 * a.get('interval_gap', a['gap']):.1f} % | {100 * s['bands'][key]:.0f} % |")
-        out.append(f"| {label} link bytes | | | {links_text(f['links'])} | | | | {100 * s['bands']['link_bytes']:.0f} % |")
+            row = (f"| {label} {name} | {ci_text(f[key]['emu_s'], 1, '{:.3f}')} | {ci_text(f[key]['ns3_s'], 1, '{:.3f}')} "
+                   f"| {100 * f[key]['gap']:.1f} % |")
+            if serialiser:
+                a = f[key + "_link_model"]
+                row += (f" {ci_text(a['ns3_s'], 1, '{:.3f}')} | {100 * a['gap']:.1f} % "
+                        f"| {100 * a.get('interval_gap', a['gap']):.1f} % |")
+            out.append(row + f" {100 * s['bands'][key]:.0f} % |")
+        out.append(f"| {label} link bytes | | | {links_text(f['links'])} |{pad} {100 * s['bands']['link_bytes']:.0f} % |")
         q = f["queues"]
         out.append(f"| {label} max queue, any port (bytes) | {q['emu_max_bytes']:.0f} | {q['ns3_max_bytes']:.0f} | "
-                   f"median per-port gap {100 * q['max_gap_median']:.0f} % | | | | — |")
-        out.append(f"| {label} switch-queue drops | {drops_text(f['drops']['emu'])} | {f['drops']['ns3']} | | | | | |")
+                   f"median per-port gap {100 * q['max_gap_median']:.0f} % |{pad} — |")
+        out.append(f"| {label} switch-queue drops | {drops_text(f['drops']['emu'])} | {f['drops']['ns3']} |{pad2}")
     if "kv_p99_ratio" in s:
-        r, a = s["kv_p99_ratio"], s["kv_p99_ratio_link_model"]
-        out.append(f"| {ratio_name(r)} | {r['emu']:.3f} | {r['ns3']:.3f} | {100 * r['gap']:.1f} % | "
-                   f"{a['ns3']:.3f} | {100 * a['gap']:.1f} % | {100 * a.get('interval_gap', a['gap']):.1f} % "
-                   f"| {100 * s['bands']['kv_p99_ratio']:.0f} % |")
+        r = s["kv_p99_ratio"]
+        row = f"| {ratio_name(r)} | {r['emu']:.3f} | {r['ns3']:.3f} | {100 * r['gap']:.1f} % |"
+        if serialiser:
+            a = s["kv_p99_ratio_link_model"]
+            row += f" {a['ns3']:.3f} | {100 * a['gap']:.1f} % | {100 * a.get('interval_gap', a['gap']):.1f} % |"
+        out.append(row + f" {100 * s['bands']['kv_p99_ratio']:.0f} % |")
     out += ["", "; ".join(f"{label}: {_validity(f)}" for label, f in s["fabrics"].items()) + ". "
             f"ns-3 wall time: {sum(sum(f['ns3_wall_s']) for f in s['fabrics'].values()):.1f} s for "
             f"{sum(f['repeats'] for f in s['fabrics'].values())} replays. " + " ".join(s.get("notes", [])), ""]
