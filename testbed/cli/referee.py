@@ -84,6 +84,8 @@ def cmd_referee(args) -> int:
                       f"   gap {100 * f[key]['gap']:5.1f} %{extra}")
             lk = f["links"]
             print(f"  {label:<8} link bytes: {ref.links_text(lk)}")
+            if f.get("msg_offset_frames", {}).get("median") is not None:
+                print(f"  {label:<8} {ref.offset_text(f['msg_offset_frames'])}")
         if "kv_p99_ratio" in s:
             r = s["kv_p99_ratio"]
             print(f"  {ref.ratio_name(r)}: emulation {r['emu']:.3f}, ns-3 {r['ns3']:.3f} (gap {100 * r['gap']:.1f} %)")

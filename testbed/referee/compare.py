@@ -53,6 +53,7 @@ class Pair:
     xoff: dict  # the share of port-samples whose backlog stands for >= the XOFF in real bytes, both sides
     notes: list
     missing: list  # messages ns-3 did not complete: {"msg", "req", "src_port", "dst_port"}
+    msg_offset_frames: pd.Series  # per message matched by (req, shard, ports): emulation less ns-3, in frames
 
 
 def pair(fd: FabricData, res: Result, xoff_real_bytes: float, emu_valid: bool | None = None) -> Pair:
@@ -93,9 +94,16 @@ def pair(fd: FabricData, res: Result, xoff_real_bytes: float, emu_valid: bool | 
     links["error_beyond_frame"] = np.where(links["emu_bytes"] > 0, (diff.abs() - frame).clip(lower=0) / base, np.nan)
     queues, xoff = _queues(fd, res, ports, b_per_emu, real, xoff_real_bytes)
     drops_ns3 = int(res.ports.set_index("port").reindex(ports)["drops"].fillna(0).sum())
+    # message by message (the same message on both sides, not the same rank): how far the emulation
+    # is from ns-3's link model, in frames of the sender's line rate
+    key = ["req", "shard", "src_port", "dst_port"]
+    both = em.assign(emu_s=emu_msg, src_port=em["src"], dst_port=em["dst"])[key + ["emu_s"]].merge(
+        ns.assign(ns3_s=ns_msg)[key + ["ns3_s"]], on=key).dropna()
+    frame_s = frame * 8 / (fd.port_rate_bps(both["src_port"]) / (fd.rate_scale if real else 1.0))
+    offsets = pd.Series((both["emu_s"] - both["ns3_s"]).to_numpy() / frame_s, dtype=float)
     return Pair(fd.label, fd.repeat, sc.scale, emu_kv, ns_kv, emu_msg, ns_msg, ns_kv_adj, ns_msg_adj, links, queues,
                 switch_queue_drops(fd, ports), drops_ns3, res.wall_s, float(res.summary["end_ns"]) / 1e9, frame,
-                emu_valid, len(res.messages) < fd.messages_posted, xoff, list(sc.notes), missing)
+                emu_valid, len(res.messages) < fd.messages_posted, xoff, list(sc.notes), missing, offsets)
 
 
 def switch_queue_drops(fd: FabricData, ports: list[str]) -> int | None:
@@ -215,6 +223,12 @@ def summarise(pairs: list[Pair], excluded: list[dict] | None = None, labels: lis
         emu_drops = [p.drops_emu for p in ps]
         f["drops"] = {"emu": None if None in emu_drops else sum(emu_drops), "ns3": sum(p.drops_ns3 for p in ps)}
         f["incomplete"] = [{"repeat": p.repeat, **m} for p in ps for m in p.missing]
+        off = pd.concat([p.msg_offset_frames for p in ps])
+        f["msg_offset_frames"] = {"median": float(off.median()) if len(off) else None,
+                                  "p5": float(off.quantile(0.05)) if len(off) else None,
+                                  "p95": float(off.quantile(0.95)) if len(off) else None,
+                                  "within_one_frame": float((off.abs() <= 1).mean()) if len(off) else None,
+                                  "messages": int(len(off))}
         f["ns3_wall_s"] = [p.ns3_wall_s for p in ps]
         f["ns3_simulated_s"] = [p.ns3_end_s for p in ps]
         out["fabrics"][label] = f

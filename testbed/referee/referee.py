@@ -108,6 +108,12 @@ def routing_text(label: str, r: dict) -> str:
             f"of its fair share (floor {r['starve_floor']:.2f})")
 
 
+def offset_text(o: dict) -> str:
+    """Message by message, how far the emulation is from ns-3's link model."""
+    return (f"per message, emulation less ns-3: median {o['median']:+.2f} frames (5-95 %: {o['p5']:+.2f} to "
+            f"{o['p95']:+.2f}), {100 * o['within_one_frame']:.0f} % of {o['messages']} within one frame")
+
+
 def verdict_text(v: dict) -> str:
     return (f"**{'agree' if v['agree'] else 'DISAGREE'}** — "
             + "; ".join(f"{k} {'ok' if ok else 'FAILED'}" for k, ok in v["checks"].items()))
@@ -188,6 +194,8 @@ def _same_section(s: dict) -> list[str]:
         out.append(f"- Verdict, {what}: " + verdict_text(s[key]))
     out += [f"- {t}" for t in (excluded_text(s), incomplete_text(s)) if t]
     out += [f"- {routing_text(label, r)}" for label, r in s.get("routing", {}).items()]
+    out += [f"- {label}: {offset_text(f['msg_offset_frames'])}" for label, f in s["fabrics"].items()
+            if f.get("msg_offset_frames", {}).get("median") is not None]
     if serialiser:
         out += ["", "ns-3's links serialise here. The link-model term (`testbed/referee/compare.py: shaper_term`) is "
                     "what ns-3's serialising, store-and-forward links add over the emulation's htb-shaped veths on "
