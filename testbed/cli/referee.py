@@ -21,19 +21,21 @@ def cmd_oracles(args) -> int:
         return 0 if res["ok"] else 3
     if args.debug_no_pacing:
         print("DEBUG: the NIC pacer is removed (a broken transport): every oracle should FAIL")
-    d, m, f = res["dd1"], res["md1"], res["fair_share"]
     ok = lambda r: "ok" if r["ok"] else "FAILED"  # noqa: E731
-    print(f"D/D/1 (rho {d['rho']}, {d['messages']} messages): max |wait| {d['max_abs_wait_us']:.3g} µs against 0 "
-          f"(tolerance {d['tolerance_us']} µs), NIC drops {d['nic_drops']}: {ok(d)}")
-    print(f"M/D/1 (rho {m['rho']}, {m['messages']} Poisson messages, seed {m['seed']}): mean wait "
-          f"{m['mean_wait_us'] / 1e3:.4g} ms vs Pollaczek-Khinchine {m['pollaczek_khinchine_us'] / 1e3:.4g} ms "
-          f"({100 * m['mean_gap']:.2f} %, tolerance {100 * m['tolerance']['mean']:.0f} %); p99 "
-          f"{m['p99_wait_us'] / 1e3:.4g} ms vs exact {m['exact_p99_us'] / 1e3:.4g} ms ({100 * m['p99_gap']:.2f} %, "
-          f"tolerance {100 * m['tolerance']['p99']:.0f} %); per message off Lindley by at most "
-          f"{m['max_off_lindley_us']:.3g} µs: {ok(m)}")
-    print(f"fair share ({f['flows']} flows of {'/'.join(map(str, f['sizes_frames']))} frames, one bottleneck): "
-          f"completion off processor sharing by at most {100 * f['max_gap']:.2f} % "
-          f"(tolerance {100 * f['tolerance']:.0f} %), NIC drops {f['nic_drops']}: {ok(f)}")
+    for tail in ("", "_bucket"):
+        d, m, f = res["dd1" + tail], res["md1" + tail], res["fair_share" + tail]
+        print(f"ns-3 links: {d['link_model']}")
+        print(f"  D/D/1 (rho {d['rho']}, {d['messages']} messages): max |wait| {d['max_abs_wait_us']:.3g} µs against 0 "
+              f"(tolerance {d['tolerance_us']} µs), NIC drops {d['nic_drops']}: {ok(d)}")
+        print(f"  M/D/1 (rho {m['rho']}, {m['messages']} Poisson messages, seed {m['seed']}): mean wait "
+              f"{m['mean_wait_us'] / 1e3:.4g} ms vs Pollaczek-Khinchine {m['pollaczek_khinchine_us'] / 1e3:.4g} ms "
+              f"({100 * m['mean_gap']:.2f} %, tolerance {100 * m['tolerance']['mean']:.0f} %); p99 "
+              f"{m['p99_wait_us'] / 1e3:.4g} ms vs exact {m['exact_p99_us'] / 1e3:.4g} ms ({100 * m['p99_gap']:.2f} %, "
+              f"tolerance {100 * m['tolerance']['p99']:.0f} %); per message off Lindley by at most "
+              f"{m['max_off_lindley_us']:.3g} µs: {ok(m)}")
+        print(f"  fair share ({f['flows']} flows of {'/'.join(map(str, f['sizes_frames']))} frames, one bottleneck): "
+              f"completion off processor sharing by at most {100 * f['max_gap']:.2f} % "
+              f"(tolerance {100 * f['tolerance']:.0f} %), NIC drops {f['nic_drops']}: {ok(f)}")
     for label, r in res.get("routing", {}).items():
         print(ref_routing_text(label, r))
     print(f"oracles: {'ALL PASS' if res['ok'] else 'FAILED'}")

@@ -75,9 +75,15 @@ def md1_wait_quantile(q: float, rho: float, service: float) -> float:
     return hi
 
 
-def _two_nics(messages: list[tuple[int, int]], no_pacing: bool) -> str:
+def _links(bucket: bool) -> list[str]:
+    """bucket: the emulation's link model (a one-frame token bucket, no serialisation) instead of
+    ns-3's serialising links; the NIC's pacer is then the only server, and the answers are the same."""
+    return ["param link_model 1", f"param bucket_bytes {PAYLOAD + OVERHEAD + RETH}"] if bucket else []
+
+
+def _two_nics(messages: list[tuple[int, int]], no_pacing: bool, bucket: bool = False) -> str:
     """GPU g0 cabled straight to g1; one QP; messages (t_due_ns, size_bytes)."""
-    lines = ["# zlab referee oracle: one NIC, one cable", f"param debug_no_pacing {int(no_pacing)}",
+    lines = ["# zlab referee oracle: one NIC, one cable", f"param debug_no_pacing {int(no_pacing)}", *_links(bucket),
              "node 0 g0 gpu", "node 1 g1 gpu",
              f"port 0 0 0 g0-p0 1 {RATE_BPS} {NIC_RING_PKTS}", f"port 1 1 0 g1-p0 2 {RATE_BPS} {NIC_RING_PKTS}",
              "link 0 1", "qp 0 0 1 50000"]
@@ -95,10 +101,21 @@ def _run(text: str, log=print) -> tuple[pd.DataFrame, pd.DataFrame, int]:
         return pd.read_csv(Path(d) / "messages.csv"), pd.read_csv(Path(d) / "ports.csv"), res.returncode
 
 
-def _waits_us(msgs: pd.DataFrame) -> np.ndarray:
-    """Receiver-side wait: last frame in, less the release, less the message's serialisation."""
+def last_frame_bytes(size_bytes: int) -> int:
+    n = max(1, math.ceil(size_bytes / PAYLOAD))
+    return size_bytes - (n - 1) * PAYLOAD + OVERHEAD + (RETH if n == 1 else 0)
+
+
+def _waits_us(msgs: pd.DataFrame, bucket: bool = False) -> np.ndarray:
+    """Receiver-side wait: last frame in, less the release, less the message's own time on an idle
+    path: its serialisation, or with the bucket link model everything but its last frame (which an
+    idle bucket passes at once, over a wire 1,000x the line rate)."""
     done = msgs["t_last_rx_ns"] >= 0
-    service_ns = np.array([wire_bytes(s) for s in msgs["size_bytes"]]) * 8e9 / RATE_BPS
+    wire = np.array([wire_bytes(s) for s in msgs["size_bytes"]], dtype=float)
+    if bucket:
+        last = np.array([last_frame_bytes(s) for s in msgs["size_bytes"]], dtype=float)
+        wire = wire - last + last / 1000
+    service_ns = wire * 8e9 / RATE_BPS
     w = (msgs["t_last_rx_ns"] - msgs["t_due_ns"] - service_ns) / 1e3
     return np.where(done, w, np.inf)
 
@@ -112,32 +129,33 @@ def lindley_us(due_us: np.ndarray, service_us: float) -> np.ndarray:
     return w
 
 
-def dd1(no_pacing: bool = False, frames: int = 32, rho: float = 0.9, n: int = 200, log=print) -> dict:
+def dd1(no_pacing: bool = False, frames: int = 32, rho: float = 0.9, n: int = 200, log=print,
+        bucket: bool = False) -> dict:
     size = frames * PAYLOAD
     service_us = wire_bytes(size) * 8e6 / RATE_BPS
     period_ns = int(round(service_us / rho * 1e3))
-    msgs, ports, code = _run(_two_nics([(i * period_ns, size) for i in range(n)], no_pacing), log)
-    w = _waits_us(msgs)
+    msgs, ports, code = _run(_two_nics([(i * period_ns, size) for i in range(n)], no_pacing, bucket), log)
+    w = _waits_us(msgs, bucket)
     worst = float(np.max(np.abs(w)))
-    return {"oracle": "D/D/1", "rho": rho, "service_us": service_us, "messages": n, "expected_wait_us": 0.0,
+    return {"oracle": "D/D/1", "link_model": "bucket" if bucket else "serialiser", "rho": rho, "service_us": service_us, "messages": n, "expected_wait_us": 0.0,
             "max_abs_wait_us": worst, "nic_drops": int(ports["drops"].sum()), "complete": code == 0,
             "tolerance_us": TOL["dd1_max_wait_us"], "ok": bool(code == 0 and worst <= TOL["dd1_max_wait_us"])}
 
 
 def md1(no_pacing: bool = False, frames: int = 4, rho: float = 0.5, n: int = 50000, seed: int = 1,
-        log=print) -> dict:
+        log=print, bucket: bool = False) -> dict:
     size = frames * PAYLOAD
     service_us = wire_bytes(size) * 8e6 / RATE_BPS
     gaps_us = np.random.default_rng(seed).exponential(service_us / rho, n)
     due_ns = np.round(np.cumsum(gaps_us) * 1e3).astype(np.int64)
-    msgs, ports, code = _run(_two_nics([(int(t), size) for t in due_ns], no_pacing), log)
-    w = _waits_us(msgs)
+    msgs, ports, code = _run(_two_nics([(int(t), size) for t in due_ns], no_pacing, bucket), log)
+    w = _waits_us(msgs, bucket)
     lindley = float(np.max(np.abs(w - lindley_us(due_ns / 1e3, service_us))))
     mean_pk = rho * service_us / (2 * (1 - rho))
     p99 = md1_wait_quantile(0.99, rho, service_us)
     got_mean, got_p99 = float(np.mean(w)), float(np.quantile(w, 0.99))
     gm, gp = abs(got_mean / mean_pk - 1), abs(got_p99 / p99 - 1)
-    return {"oracle": "M/D/1", "rho": rho, "service_us": service_us, "messages": n, "seed": seed,
+    return {"oracle": "M/D/1", "link_model": "bucket" if bucket else "serialiser", "rho": rho, "service_us": service_us, "messages": n, "seed": seed,
             "mean_wait_us": got_mean, "pollaczek_khinchine_us": mean_pk, "mean_gap": gm,
             "p99_wait_us": got_p99, "exact_p99_us": p99, "p99_gap": gp, "max_off_lindley_us": lindley,
             "nic_drops": int(ports["drops"].sum()), "complete": code == 0,
@@ -145,11 +163,13 @@ def md1(no_pacing: bool = False, frames: int = 4, rho: float = 0.5, n: int = 500
             "ok": bool(code == 0 and gm <= TOL["md1_mean"] and gp <= TOL["md1_p99"] and lindley <= LINDLEY_US)}
 
 
-def fair_share(no_pacing: bool = False, sizes_frames: tuple = (200, 400, 600, 800), log=print) -> dict:
+def fair_share(no_pacing: bool = False, sizes_frames: tuple = (200, 400, 600, 800), log=print,
+               bucket: bool = False) -> dict:
     """N senders g0..g(N-1) on switch s0, all to g(N); each sends one long message at t = 0."""
     n = len(sizes_frames)
     sw, dst = n + 1, n
-    lines = ["# zlab referee oracle: N long flows, one bottleneck", f"param debug_no_pacing {int(no_pacing)}"]
+    lines = ["# zlab referee oracle: N long flows, one bottleneck", f"param debug_no_pacing {int(no_pacing)}",
+             *_links(bucket)]
     lines += [f"node {g} g{g} gpu" for g in range(n + 1)] + [f"node {sw} s0 switch"]
     lines += [f"port {g} {g} 0 g{g}-p0 {g + 1} {RATE_BPS} {NIC_RING_PKTS}" for g in range(n + 1)]
     lines += [f"port {n + 1 + g} {sw} {g + 1} s0-p{g + 1} 0 {RATE_BPS} {SWITCH_QUEUE_PKTS}" for g in range(n + 1)]
@@ -170,13 +190,18 @@ def fair_share(no_pacing: bool = False, sizes_frames: tuple = (200, 400, 600, 80
     first_hop_us = (PAYLOAD + OVERHEAD + RETH) * 8e6 / RATE_BPS
     got = np.where(msgs["t_last_rx_ns"] >= 0, msgs["t_last_rx_ns"] / 1e3 - first_hop_us, np.inf)
     gaps = np.abs(got / expect - 1)
-    return {"oracle": "fair share", "flows": n, "sizes_frames": list(sizes_frames),
+    return {"oracle": "fair share", "link_model": "bucket" if bucket else "serialiser", "flows": n, "sizes_frames": list(sizes_frames),
             "completion_us": [float(x) for x in got], "processor_sharing_us": [float(x) for x in expect],
             "max_gap": float(gaps.max()), "nic_drops": int(ports["drops"].sum()), "complete": code == 0,
             "tolerance": TOL["fair_share"], "ok": bool(code == 0 and gaps.max() <= TOL["fair_share"])}
 
 
 def run_all(no_pacing: bool = False, log=print) -> dict:
-    out = {"dd1": dd1(no_pacing, log=log), "md1": md1(no_pacing, log=log), "fair_share": fair_share(no_pacing, log=log)}
+    """Every oracle with ns-3's serialising links and with the emulation's link model (bucket)."""
+    out = {}
+    for bucket, tail in ((False, ""), (True, "_bucket")):
+        out["dd1" + tail] = dd1(no_pacing, log=log, bucket=bucket)
+        out["md1" + tail] = md1(no_pacing, log=log, bucket=bucket)
+        out["fair_share" + tail] = fair_share(no_pacing, log=log, bucket=bucket)
     out["ok"] = all(v["ok"] for v in out.values())
     return out
