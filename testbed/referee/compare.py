@@ -5,11 +5,13 @@ last of its messages, counted from the planned release, as the report's on-time 
 ratio of KV p99 between the experiment's two fabrics (its own pair, in its order, as
 metrics.comparison does), per-port max and p99 queue, switch-queue drops.
 
-Verdicts: "verdict" is ns-3 as it ran, printed first and never corrected. "verdict_link_model"
-judges each percentile against the interval [ns-3 less the link-model term, ns-3] widened by the
-band: the term is neither a bound nor exact (some emulated messages beat ns-3 less the term), so
-the emulation is asked to fall between the two link models, not onto the corrected one. Both
-verdicts fail when ns-3 left messages incomplete (named in "incomplete").
+Verdicts: "verdict" is ns-3 as it ran, printed first and never corrected; with the emulation's
+link model in ns-3 (scenario link model "bucket", the default at the same scale) it is the verdict.
+With ns-3's serialising links at the same scale, "verdict_link_model" judges each percentile
+against the interval [ns-3 less the link-model term, ns-3] widened by the band: the term is neither
+a bound nor exact, so the emulation is asked to fall between the two link models, not onto the
+corrected one (with the bucket there is no term and both verdicts are the same). Both fail when
+ns-3 left messages incomplete (named in "incomplete") or the routing oracle failed.
 Real scale (real units): the emulation converted (times / dilation, bytes / size scale) against
 ns-3 at real rates and sizes: which figures survive the scaling.
 """
