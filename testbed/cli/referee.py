@@ -42,6 +42,28 @@ def cmd_oracles(args) -> int:
     return 0 if res["ok"] else 3
 
 
+def cmd_baseline(args) -> int:
+    """`zlab referee RUN --baseline`: ns-3's own TCP beside zlab's transport, both in ns-3 (a sanity check)."""
+    from ..referee import baseline
+
+    if args.run_dir is None:
+        args.parser.error("--baseline needs a run folder")
+    res = baseline.baseline(Path(args.run_dir), repeats=args.repeats, log=(lambda *_: None) if args.json else print)
+    if args.json:
+        print_json(res)
+    else:
+        print("ns-3 TCP (NewReno) beside zlab's transport in ns-3, same fabric, entries, QP source ports and schedule "
+              "(serialising links, the emulation's scale); a sanity baseline, not an equality:")
+        for r in res["repeats"]:
+            print(f"  {r['label']:<8} rep {r['repeat']}: bytes on {r['data_ports']} data-carrying ports off by at most "
+                  f"{100 * (r['data_bytes_max_error'] or 0):.2f} %; KV p50 zlab {r['kv_p50_s']['zlab']:.4g} s, "
+                  f"TCP {r['kv_p50_s']['tcp']:.4g} s; KV p99 zlab {r['kv_p99_s']['zlab']:.4g} s, "
+                  f"TCP {r['kv_p99_s']['tcp']:.4g} s; TCP incomplete {r['tcp_incomplete']}")
+        print(f"same bytes per link (within {100 * res['bytes_band']:.0f} %): {'yes' if res['same_bytes'] else 'NO'}; "
+              f"written: {Path(args.run_dir) / 'referee' / 'baseline.json'}")
+    return 0 if res["same_bytes"] and not res["tcp_incomplete"] else 3
+
+
 def ref_routing_text(label: str, r: dict) -> str:
     from ..referee.referee import routing_text
 
@@ -54,6 +76,8 @@ def cmd_referee(args) -> int:
 
     if args.oracles or args.debug_no_pacing:
         return cmd_oracles(args)
+    if args.baseline:
+        return cmd_baseline(args)
     if args.run_dir is None or args.scale is None:
         args.parser.error("a run folder and --scale are required (or --oracles)")
     root = Path(args.run_dir)
@@ -134,6 +158,10 @@ def add_commands(sub) -> None:
     rf.add_argument("--oracles", action="store_true",
                     help="run the queueing oracles in ns-3 (D/D/1, M/D/1, fair share against their formulas), "
                          "and the routing oracle on RUN's fabrics if a run folder is given; exit 3 if one fails")
+    rf.add_argument("--baseline", action="store_true",
+                    help="replay RUN with ns-3's own TCP beside zlab's transport (both in ns-3, same fabric, entries, "
+                         "source ports and schedule): same bytes per link and plausible completion times; exit 3 "
+                         "if the bytes differ beyond 2 %% or TCP leaves a message incomplete")
     rf.add_argument("--debug-no-pacing", action="store_true",
                     help="with --oracles: replay them with the NIC pacer removed, a broken transport they must catch")
     rf.add_argument("--requests", type=int, metavar="N",
