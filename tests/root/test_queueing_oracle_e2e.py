@@ -93,21 +93,25 @@ def test_dd1_through_one_shaped_port_never_waits(port):
 
 
 def test_md1_through_one_shaped_port(port):
-    """Poisson releases of 2-frame messages at rho 0.5, 600 per repeat, two repeats (seeds 1, 2):
-    the mean wait over the repeats within 10 % of Lindley's on the same releases plus half a frame,
-    and within 25 % of Pollaczek-Khinchine (a 600-message sample)."""
+    """Poisson releases of 2-frame messages at rho 0.5, 600 per repeat, two repeats (seeds 1, 2).
+    The idle-path time is first measured on the port itself (D/D/1 of the same messages: the
+    pacer's 1 ms of credit and htb's second frame let a message finish a little early); less it,
+    the mean wait over the repeats is within 5 % of Lindley's recursion on the same releases, and
+    within 25 % of Pollaczek-Khinchine (a 600-message sample: Lindley's own spread)."""
     size = 2 * oracles.PAYLOAD
     service_us = oracles.wire_bytes(size) * 8e6 / RATE_BPS
+    idle_offset_us = float(replay(port, np.arange(16) * service_us / 0.8, size).mean())
     rho = 0.5
     got, lindley = [], []
     for seed in (1, 2):
         rel = np.cumsum(np.random.default_rng(seed).exponential(service_us / rho, 600))
         rel -= rel[0]
-        w = replay(port, rel, size)
+        w = replay(port, rel, size) - idle_offset_us
         got.append(float(w.mean()))
         lindley.append(float(oracles.lindley_us(rel, service_us).mean()))
     pk = rho * service_us / (2 * (1 - rho))
-    print(f"M/D/1 through a shaped port: mean wait {np.mean(got):.0f} µs, Lindley {np.mean(lindley):.0f} µs, "
-          f"Pollaczek-Khinchine {pk:.0f} µs (per repeat {[round(g) for g in got]} vs {[round(x) for x in lindley]})")
-    assert abs(np.mean(got) - np.mean(lindley)) <= 0.10 * np.mean(lindley) + 0.5 * FRAME_US
+    print(f"M/D/1 through a shaped port (idle path {idle_offset_us:+.0f} µs off the formula): mean wait "
+          f"{np.mean(got):.0f} µs, Lindley {np.mean(lindley):.0f} µs, Pollaczek-Khinchine {pk:.0f} µs "
+          f"(per repeat {[round(g) for g in got]} vs {[round(x) for x in lindley]})")
+    assert abs(np.mean(got) / np.mean(lindley) - 1) <= 0.05
     assert abs(np.mean(got) / pk - 1) <= 0.25
