@@ -31,18 +31,24 @@ def status() -> tuple[bool, str]:
     return True, f"ns-3 3.37 (Debian), {BINARY}"
 
 
-def build(force: bool = False, log=print) -> Path:
-    """Compile the referee if it is missing or older than its source; return its path."""
+# the TCP baseline (zlab_tcp_baseline.cc): ns-3's own TCP over the same fabric and schedule
+BASELINE_SOURCE = Path(__file__).with_name("zlab_tcp_baseline.cc")
+BASELINE_BINARY = BUILD_DIR / "zlab-tcp-baseline"
+
+
+def build(force: bool = False, log=print, source: Path = SOURCE, binary: Path = BINARY) -> Path:
+    """Compile the referee (or the TCP baseline) if it is missing or older than its source; return its path."""
     if not NS3_HEADER.exists() or shutil.which("g++") is None:
         raise RuntimeFailure(f"the ns-3 referee is not installed (needs libns3-dev and g++): run {PROVISION}")
-    if BINARY.exists() and not force and BINARY.stat().st_mtime >= SOURCE.stat().st_mtime:
-        return BINARY
+    if binary.exists() and not force and binary.stat().st_mtime >= source.stat().st_mtime:
+        return binary
     BUILD_DIR.mkdir(exist_ok=True)
-    tmp = BINARY.with_suffix(".tmp")
-    log(f"[zlab] compiling the ns-3 referee ({SOURCE.name}, ~10 s) ...")
-    cmd = ["g++", "-O2", "-std=c++17", "-o", str(tmp), str(SOURCE), *NS3_LIBS]
+    tmp = binary.with_suffix(".tmp")
+    log(f"[zlab] compiling the ns-3 referee ({source.name}, ~10 s) ...")
+    libs = NS3_LIBS + (["-lns3-internet"] if source == BASELINE_SOURCE else [])
+    cmd = ["g++", "-O2", "-std=c++17", "-o", str(tmp), str(source), *libs]
     res = subprocess.run(cmd, capture_output=True, text=True)
     if res.returncode != 0:
-        raise RuntimeFailure(f"compiling {SOURCE} failed: {res.stderr.strip()[-800:]}")
-    tmp.replace(BINARY)
-    return BINARY
+        raise RuntimeFailure(f"compiling {source} failed: {res.stderr.strip()[-800:]}")
+    tmp.replace(binary)
+    return binary

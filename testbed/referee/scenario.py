@@ -25,6 +25,15 @@ from ..fabric.model import Fabric
 from ..records import read_json, read_jsonl
 
 SCALES = ("same", "real")
+# how ns-3's links carry frames (zlab_referee.cc, param link_model):
+# - "bucket": the emulation's own link model, a drop-tail queue ahead of an htb-like token bucket of
+#   one frame (the emulation's burst_bytes) over a wire that does not serialise, as its veths
+#   shaped by htb are; the default at the emulation's scale, where one frame is a large share of a
+#   message's time, so no correction term is needed;
+# - "serialiser": ns-3's store-and-forward point-to-point links at the line rate, a real network's
+#   model: always at real scale, and on request at the emulation's (then judged with the link-model
+#   term, compare.shaper_term).
+LINK_MODELS = ("bucket", "serialiser")
 # the agent's transport rules (traffic/rc.py, traffic/agent.py), stated again for the referee
 TRANSPORT = {"window_pkts": 64, "ackreq_every": 16, "ack_coalesce": 16, "rto_floor_ns": 200_000_000,
              "rto_max_ns": 2_000_000_000}
@@ -43,6 +52,7 @@ class Scenario:
     size_unit_per_emulated_byte: float
     payload_per_packet: int
     notes: list[str] = field(default_factory=list)
+    link_model: str = "serialiser"
 
 
 def schedule(fdir: Path, repeat: int) -> tuple[pd.DataFrame, str]:
@@ -64,8 +74,16 @@ def schedule(fdir: Path, repeat: int) -> tuple[pd.DataFrame, str]:
         .reset_index(drop=True), "transfers.jsonl (every message completed)"
 
 
+def first_requests(msgs: pd.DataFrame, n: int | None) -> list:
+    """The ids of the first n requests by request id (not by due time): the subset that ns-3
+    replays and that compare.pair keeps on the emulation's side."""
+    ids = sorted(int(r) for r in msgs["req"].unique())
+    return ids if n is None else ids[:n]
+
+
 def build(fdir: Path, experiment: dict, repeat: int, scale: str, requests: int | None = None,
-          hop_delay_ns: int = 0, deadline_s: float | None = None, what_if: dict | None = None) -> Scenario:
+          hop_delay_ns: int = 0, deadline_s: float | None = None, what_if: dict | None = None,
+          link_model: str | None = None) -> Scenario:
     """The scenario of one fabric's repeat (experiment: the run's experiment.json). requests:
     keep only the first N requests (at real scale the packet count grows by 1/size scale).
     what_if: transport or packet parameters replaced on purpose (window_pkts, payload_per_packet),
@@ -83,10 +101,16 @@ def build(fdir: Path, experiment: dict, repeat: int, scale: str, requests: int |
     if requests is not None:
         if requests < 1:
             raise UserInputError(f"requests must be >= 1 (got {requests})")
-        keep = sorted(msgs["req"].unique())[:requests]
+        keep = first_requests(msgs, requests)
         msgs = msgs[msgs["req"].isin(keep)].reset_index(drop=True)
-        notes.append(f"first {len(keep)} request(s) only")
+        notes.append(f"first {len(keep)} request(s) by id only (the emulation's figures for them still carry "
+                     f"the later requests' cross-traffic)")
     real = scale == "real"
+    link_model = link_model or ("serialiser" if real else "bucket")
+    if link_model not in LINK_MODELS:
+        raise UserInputError(f"link model must be one of {', '.join(LINK_MODELS)} (got {link_model!r})")
+    if real and link_model != "serialiser":
+        raise UserInputError("at real scale ns-3's links serialise, as a real network's do (link model serialiser)")
     size_col = "real_bytes" if real else "size_bytes"
     t_factor = 1.0 / sc["dilation"] if real else 1.0
 
@@ -102,6 +126,9 @@ def build(fdir: Path, experiment: dict, repeat: int, scale: str, requests: int |
               "sample_period_ns": int(spec["measurement"]["queue_sample_ms"] * 1e6 * t_factor)}
     if deadline_s is not None:
         params["deadline_ns"] = int(deadline_s * 1e9)
+    if link_model == "bucket":
+        params["link_model"] = 1
+        params["bucket_bytes"] = int(emu["burst_bytes"] or emu["mtu_bytes"] + 14)
     for k, v in (what_if or {}).items():
         if k not in ("window_pkts", "payload_per_packet") or int(v) < 1:
             raise UserInputError(f"what-if {k}={v}: only window_pkts and payload_per_packet (>= 1) can be replaced")
@@ -135,4 +162,4 @@ def build(fdir: Path, experiment: dict, repeat: int, scale: str, requests: int |
     msgs["size_bytes"] = msgs[size_col].astype("int64")
     lines += [f"msg {m.msg} {m.qp} {m.t_due_ns} {m.size_bytes}" for m in msgs.itertuples()]
     return Scenario(fdir.name, repeat, scale, "\n".join(lines) + "\n", msgs, t_factor,
-                    1.0 / sc["size_scale"] if real else 1.0, params["payload_per_packet"], notes)
+                    1.0 / sc["size_scale"] if real else 1.0, params["payload_per_packet"], notes, link_model)

@@ -23,6 +23,7 @@
 #include "ns3/point-to-point-module.h"
 
 #include <chrono>
+#include <cmath>
 #include <cstdint>
 #include <deque>
 #include <fstream>
@@ -81,6 +82,14 @@ struct Params {
   uint64_t hop_delay_ns = 0;
   uint64_t sample_period_ns = 10000000;
   uint64_t deadline_ns = 0;            // stop here even if messages are pending
+  uint64_t debug_no_pacing = 0;        // 1: a deliberately broken NIC without its pacer (oracle tests)
+  // link model: 0 = ns-3's serialising point-to-point link (store and forward at the line rate);
+  // 1 = the emulation's: a drop-tail queue, then an htb-like token bucket of bucket_bytes (tokens
+  // refill at the line rate; a frame leaves whenever the bucket is not negative and is charged its
+  // length), then a wire with no serialisation (the device runs 1000x faster), as a veth shaped by
+  // htb with a one-frame burst.
+  uint64_t link_model = 0;
+  uint64_t bucket_bytes = 0;
 };
 
 // ---- model --------------------------------------------------------------------------------
@@ -94,6 +103,12 @@ struct PortInfo {
   Ptr<PointToPointNetDevice> dev;
   uint64_t tx_frames = 0, tx_bytes = 0, drops = 0;
   uint64_t max_qlen_pkts = 0, max_backlog_bytes = 0;
+  // link model 1: the shaper's own queue and bucket (tokens in ns of line-rate time)
+  std::deque<Ptr<Packet>> shq;
+  uint64_t shq_bytes = 0;
+  double tokens_ns = 0;
+  int64_t tokens_at = 0;
+  bool wake_pending = false;
 };
 
 struct Msg {
@@ -164,9 +179,46 @@ static Ptr<Packet> MakeFrame(const ZHeader& h, uint64_t frame_bytes) {
 static void Forward(int node, Ptr<Packet> p, ZHeader h);
 static void TryTransmit(int port_id);
 
+static double FrameNs(const PortInfo& pi, uint64_t wire_bytes) { return wire_bytes * 8.0 * 1e9 / pi.rate_bps; }
+
+static void ShaperRelease(int port_id);
+
+static void NoteBacklog(PortInfo& pi) {
+  uint64_t b = pi.shq_bytes, pk = pi.shq.size();
+  if (b > pi.max_backlog_bytes) pi.max_backlog_bytes = b;
+  if (pk > pi.max_qlen_pkts) pi.max_qlen_pkts = pk;
+}
+
+static void ShaperRelease(int port_id) {  // link model 1: pass what the bucket allows, then sleep
+  PortInfo& pi = ports[port_id];
+  pi.wake_pending = false;
+  int64_t now = NowNs();
+  double cap = FrameNs(pi, P.bucket_bytes);
+  pi.tokens_ns = std::min(cap, pi.tokens_ns + double(now - pi.tokens_at));
+  pi.tokens_at = now;
+  while (!pi.shq.empty() && pi.tokens_ns >= 0) {
+    Ptr<Packet> p = pi.shq.front();
+    pi.shq.pop_front();
+    uint64_t wire = p->GetSize() + PPP_HEADER_BYTES;
+    pi.shq_bytes -= wire;
+    pi.tokens_ns -= FrameNs(pi, wire);
+    pi.dev->Send(p, pi.dev->GetBroadcast(), 0x0800);
+  }
+  if (!pi.shq.empty()) {
+    pi.wake_pending = true;
+    Simulator::Schedule(NanoSeconds(int64_t(std::ceil(-pi.tokens_ns))), &ShaperRelease, port_id);
+  }
+}
+
 static bool SendOn(int port_id, Ptr<Packet> p) {
   PortInfo& pi = ports[port_id];
-  return pi.dev->Send(p, pi.dev->GetBroadcast(), 0x0800);
+  if (!P.link_model) return pi.dev->Send(p, pi.dev->GetBroadcast(), 0x0800);
+  if (pi.shq.size() >= pi.queue_pkts) { pi.drops++; return false; }
+  pi.shq.push_back(p);
+  pi.shq_bytes += p->GetSize() + PPP_HEADER_BYTES;
+  NoteBacklog(pi);
+  if (!pi.wake_pending) ShaperRelease(port_id);
+  return true;
 }
 
 // ---- switches -------------------------------------------------------------------------------
@@ -232,22 +284,32 @@ static Ptr<Packet> NextData(QP& q, uint64_t& frame_bytes) {
 
 static void TxDone(int port_id) { nics[port_id].busy = false; TryTransmit(port_id); }
 
-static void TryTransmit(int port_id) {
-  Nic& n = nics[port_id];
-  if (n.busy) return;
+static Ptr<Packet> NextFrame(Nic& n, uint64_t& bytes) {  // ACKs first, then the QPs round robin
   Ptr<Packet> p;
-  uint64_t bytes = 0;
   if (!n.ctrl.empty()) {
     p = n.ctrl.front(); n.ctrl.pop_front(); bytes = p->GetSize() + PPP_HEADER_BYTES;
-  } else {
-    size_t cnt = n.requesters.size();
-    for (size_t i = 0; i < cnt && !p; i++) {
-      QP* q = n.requesters[(n.rr + i) % cnt];
-      if (!HasData(*q)) continue;
-      p = NextData(*q, bytes);
-      if (p) n.rr = (n.rr + i + 1) % cnt;
-    }
+    return p;
   }
+  size_t cnt = n.requesters.size();
+  for (size_t i = 0; i < cnt && !p; i++) {
+    QP* q = n.requesters[(n.rr + i) % cnt];
+    if (!HasData(*q)) continue;
+    p = NextData(*q, bytes);
+    if (p) n.rr = (n.rr + i + 1) % cnt;
+  }
+  return p;
+}
+
+static void TryTransmit(int port_id) {
+  Nic& n = nics[port_id];
+  uint64_t bytes = 0;
+  if (P.debug_no_pacing) {  // DEBUG ONLY: the broken transport the oracles must catch (no pacer:
+    // every frame the window allows goes to the NIC's queue at once)
+    for (Ptr<Packet> p = NextFrame(n, bytes); p; p = NextFrame(n, bytes)) SendOn(port_id, p);
+    return;
+  }
+  if (n.busy) return;
+  Ptr<Packet> p = NextFrame(n, bytes);
   if (!p) return;
   SendOn(port_id, p);
   n.busy = true;  // the pacer: the next frame leaves one serialisation time later
@@ -387,6 +449,10 @@ static void Sample() {
   n_samples++;
   for (PortInfo& pi : ports) {
     if (!node_is_switch[pi.node] || !pi.dev) continue;
+    if (P.link_model) {
+      if (!pi.shq.empty()) samples_out << NowNs() << "," << pi.name << "," << pi.shq_bytes << "," << pi.shq.size() << "\n";
+      continue;
+    }
     Ptr<Queue<Packet>> q = pi.dev->GetQueue();
     uint32_t pk = q->GetNPackets(), by = q->GetNBytes();
     if (pk) samples_out << NowNs() << "," << pi.name << "," << by + pk * PPP_HEADER_BYTES << "," << pk << "\n";
@@ -401,6 +467,7 @@ static void OnPhyTx(int port_id, Ptr<const Packet> p) {
 static void OnDrop(int port_id, Ptr<const Packet>) { ports[port_id].drops++; }
 static void OnQueueBytes(int port_id, uint32_t, uint32_t now) {
   PortInfo& pi = ports[port_id];
+  if (P.link_model) return;  // the shaper's queue is the port's queue (NoteBacklog)
   uint32_t pk = pi.dev->GetQueue()->GetNPackets();
   uint64_t b = now + uint64_t(pk) * PPP_HEADER_BYTES;
   if (b > pi.max_backlog_bytes) pi.max_backlog_bytes = b;
@@ -419,7 +486,8 @@ static void SetParam(const std::string& k, uint64_t v) {
       {"reth_bytes", &P.reth_bytes}, {"ack_frame_bytes", &P.ack_frame_bytes}, {"window_pkts", &P.window_pkts},
       {"ackreq_every", &P.ackreq_every}, {"ack_coalesce", &P.ack_coalesce}, {"rto_floor_ns", &P.rto_floor_ns},
       {"rto_max_ns", &P.rto_max_ns}, {"hop_delay_ns", &P.hop_delay_ns},
-      {"sample_period_ns", &P.sample_period_ns}, {"deadline_ns", &P.deadline_ns}};
+      {"sample_period_ns", &P.sample_period_ns}, {"deadline_ns", &P.deadline_ns},
+      {"debug_no_pacing", &P.debug_no_pacing}, {"link_model", &P.link_model}, {"bucket_bytes", &P.bucket_bytes}};
   auto it = known.find(k);
   if (it == known.end()) Fail("unknown param " + k);
   *it->second = v;
@@ -469,18 +537,22 @@ int main(int argc, char** argv) {
     if (s.fail()) Fail("malformed line " + std::to_string(lineno) + ": " + line);
   }
   if (msgs.empty()) Fail("no messages to replay");
+  if (P.link_model > 1) Fail("link_model must be 0 (serialiser) or 1 (token bucket)");
+  if (P.link_model && !P.bucket_bytes) Fail("link_model 1 needs bucket_bytes");
 
   for (auto [a, b] : links) {
     PortInfo &pa = ports.at(a), &pb = ports.at(b);
     if (pa.rate_bps != pb.rate_bps) Fail("link " + pa.name + " - " + pb.name + " has two rates");
     PointToPointHelper h;
-    h.SetDeviceAttribute("DataRate", DataRateValue(DataRate(pa.rate_bps)));
+    // link model 1: the wire does not serialise (1000x the line rate); the shaper ahead of it does
+    h.SetDeviceAttribute("DataRate", DataRateValue(DataRate(pa.rate_bps * (P.link_model ? 1000 : 1))));
     h.SetChannelAttribute("Delay", TimeValue(NanoSeconds(P.hop_delay_ns)));
     NetDeviceContainer d = h.Install(nodes[pa.node], nodes[pb.node]);
     pa.dev = DynamicCast<PointToPointNetDevice>(d.Get(0));
     pb.dev = DynamicCast<PointToPointNetDevice>(d.Get(1));
     for (PortInfo* pi : {&pa, &pb}) {
-      pi->dev->GetQueue()->SetMaxSize(QueueSize(QueueSizeUnit::PACKETS, pi->queue_pkts));
+      pi->dev->GetQueue()->SetMaxSize(QueueSize(QueueSizeUnit::PACKETS, P.link_model ? 100000 : pi->queue_pkts));
+      pi->tokens_ns = FrameNs(*pi, P.bucket_bytes);  // link model 1: the bucket starts full
       pi->dev->SetReceiveCallback(MakeCallback(&Receive));
       port_of_dev[pi->dev] = pi->id;
       pi->dev->TraceConnectWithoutContext("PhyTxBegin", MakeBoundCallback(&OnPhyTx, pi->id));

