@@ -183,7 +183,8 @@ def replay(exp: Experiment, fr: FabricRun, rep: Repeat, lf: LiveFabric, live: Li
             _verify_paths(fr, live, agent, raw, log)
         after = losses.snapshot(live, _vswitchd_pid())
         write_json(raw / "drops.json", {"before": drops_before, "after": after,
-                                        "delta": losses.delta(drops_before, after)})
+                                        "delta": losses.delta(drops_before, after),
+                                        "unreadable": losses.unreadable(drops_before, after)})
     finally:
         stop_error = None
         if injector is not None:

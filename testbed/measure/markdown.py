@@ -68,6 +68,11 @@ def markdown(run: dict, exp: dict, metrics: dict, plots: list[str]) -> str:
         f"{lab} **{'valid' if f['summary']['fidelity']['valid'] else 'INVALID'}**"
         + ("" if f["summary"]["fidelity"]["valid"] else f" ({'; '.join(f['summary']['fidelity']['reasons'][:6])})")
         for lab, f in fabs.items()))
+    uncal = [lab for lab, f in fabs.items() if any(not r.get("calibration") for r in f["repeats"])]
+    if uncal:  # the calibration rule could not run: said, not skipped silently
+        L += ["", "Calibration: **uncalibrated** (" + ", ".join(uncal) + "): the links' rates were not measured against "
+              "the configured rate (`measurement.calibrate` off, or no calibration recorded), so the calibration rule "
+              "did not run"]
     retaken = [f"{lab} repeat {r['repeat']} ({'; '.join(v['reason'] for v in r['voided_attempts'])}; raw data of the "
                f"voided attempt(s) kept in {', '.join(lab + '/raw/' + v['folder'] for v in r['voided_attempts'])})"
                for lab, f in fabs.items() for r in f["repeats"] if r.get("voided_attempts")]
@@ -157,9 +162,11 @@ def markdown(run: dict, exp: dict, metrics: dict, plots: list[str]) -> str:
         ("frames dropped in switch egress queues (the fabric's own loss)", "(reported)",
          lambda r: (r["drops"] or {}).get("switch_queues"), "{}"),
         ("frames dropped anywhere else (emulator loss)", "0",
-         lambda r: None if r["drops"] is None else sum(v for k, v in r["drops"].items() if k != "switch_queues"), "{}"),
-        ("retransmissions, NAKs and timeouts", "(reported; unexplained ones void the run)",
+         lambda r: None if r["drops"] is None else sum(r.get("drops_outside", {}).values()), "{}"),
+        ("retransmissions, NAKs and timeouts", "(reported; one no drop on its QP's own path explains voids the run)",
          lambda r: r["transport_loss_events"], "{}"),
+        ("frames lost on failed elements (excused, counted)", "(reported)",
+         lambda r: sum((r.get("drops_excused") or {}).values()) if r.get("failures_injected") else None, "{}"),
         ("link bytes vs the model, max error beyond one frame, loaded ports", f"{100 * m['max_link_bytes_error']:.0f} %",
          lambda r: r["link_bytes_max_error"], "{:.2%}"),
         ("calibration (iperf3 / configured)", f"{100 * m['min_calibration_ratio']:.0f} %",
@@ -170,6 +177,9 @@ def markdown(run: dict, exp: dict, metrics: dict, plots: list[str]) -> str:
         cells = []
         for lab in labels:
             v = worst(lab, fn, agg)
+            if name.startswith("calibration") and lab in uncal:
+                cells.append("uncalibrated")
+                continue
             cells.append("—" if v is None else fmt.format(v))
         L.append(f"| {name} | {limit} | " + " | ".join(cells) + " |")
 

@@ -42,7 +42,11 @@ def cpu_fractions(rows: list[dict]) -> dict:
         fr = np.diff(v)[ok] / dt[ok] / scale
         total = (v[-1] - v[0]) / (t[-1] - t[0]) / scale
         name = {"machine_busy_s": "machine", "machine_steal_s": "steal"}.get(key, key.replace("_cpu_s", ""))
-        out[name] = {"max": float(np.nanmax(fr)) if fr.size else float(total), "mean": float(total)}
+        # a sample the collector could not read (the process gone, /proc unreadable) is counted: the
+        # CPU rule then voids the repeat instead of comparing NaN, which passes every limit
+        unread = int(np.isnan(v).sum())
+        mx = float(np.nanmax(fr)) if fr.size and not np.isnan(fr).all() else float(total)
+        out[name] = {"max": mx, "mean": float(total), "unreadable_samples": unread}
     return out
 
 
@@ -74,7 +78,9 @@ class FabricData:
         self.queue_rows = [r for r in q if "t_ns" in r]
         self.cpu_rows = _jsonl(raw / "cpu.jsonl")
         self.counters = read_json(raw / "counters.json") if (raw / "counters.json").exists() else {}
-        self.drops = read_json(raw / "drops.json")["delta"] if (raw / "drops.json").exists() else None
+        drops = read_json(raw / "drops.json") if (raw / "drops.json").exists() else None
+        self.drops = drops["delta"] if drops else None  # None: not recorded (the drop rules then void)
+        self.drops_unreadable = drops.get("unreadable", []) if drops else []
         self._port = {p.name: p for p in self.fabric.ports}
 
     @property
