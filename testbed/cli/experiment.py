@@ -160,6 +160,17 @@ def cmd_run(args) -> int:
         exp.scaling_choice = planner.assess(exp, "retry").to_dict()
     else:
         exp = _resolved(args.spec, args.set, args.preset, args.budget_s)  # every part checked before bring-up
+    if args.precision is not None:
+        from ..experiment import planner
+
+        if args.retry_invalid:
+            raise UserInputError("--precision sets the number of repeats; --retry-invalid keeps the earlier run's")
+        n, lines = planner.draws_for_precision(exp, args.precision)
+        for line in lines:
+            print(f"[zlab] precision: {line}")
+        print(f"[zlab] precision: repeats={n}")
+        if n != exp.spec["repeats"]:
+            exp = _resolved(args.spec, (args.set or []) + [f"repeats={n}"], args.preset, args.budget_s)
     if args.dry_run:
         print_plan(exp)
         return 0
@@ -258,6 +269,9 @@ def add_commands(sub) -> None:
                          "(printed after an invalid run)")
     ru.add_argument("--budget-s", type=float, default=600.0,
                     help="wall-time budget for --preset queue-faithful, seconds (default 600)")
+    ru.add_argument("--precision", type=float, metavar="P",
+                    help="choose the number of repeats (ECMP draws) so the 95 %% interval on the share of draws "
+                         "with an ECMP collision is within ±P (e.g. 0.1), at the routing model's probability")
     experiment_args(ru)
     ru.set_defaults(func=cmd_run)
     sw = sub.add_parser("sweep", help="run a spec once per value of one field, then compare")

@@ -42,6 +42,55 @@ def ci_text(c: dict, scale: float, fmt: str = "{:.2f}") -> str:
     return s + (f" ± {fmt.format(c['ci95'] * scale)}" if c["ci95"] is not None else "")
 
 
+def headline_value(r: dict, key: str):
+    from .metrics import headline
+    return headline(r)[key]
+
+
+def _median_text(values, scale: float, fmt: str) -> str:
+    """median [lo, hi] (coverage): an order-statistic interval, for draws that are not normal."""
+    from .draws import median_interval
+    c = median_interval(values)
+    if c["median"] is None:
+        return "—"
+    f = lambda x: fmt.format(x * scale)  # noqa: E731
+    return f"median {f(c['median'])} [{f(c['lo'])}, {f(c['hi'])}] ({100 * c['coverage']:.1f} %)"
+
+
+def draw_section(fabs: dict, labels: list[str]) -> list[str]:
+    """What one draw (repeat) does: the share of draws with an ECMP collision with its exact interval,
+    the routing model's probability of one, and each mode's KV medians with order-statistic intervals."""
+    rows = [(lab, fabs[lab]["summary"].get("draws")) for lab in labels]
+    rows = [(lab, d) for lab, d in rows if d]
+    if not rows:
+        return []
+    L = ["", "## What a draw does (ECMP)", "",
+         "A draw is one repeat: new QP source ports, so new ECMP choices. A draw collides when two queue pairs "
+         "from different NICs that are on the wire at the same time share a switch-to-switch link (the routing "
+         "model's answer for the recorded source ports). Share: exact Clopper-Pearson interval; model: the same "
+         "test over simulated draws of the source ports; each mode: median over its draws [order-statistic "
+         "interval] (its coverage; below 95 % when there are too few draws for 95 %).", "",
+         "| fabric | draws colliding | share (95 % interval) | model's probability | mode | draws | KV p50 (real ms) "
+         "| KV p99 (real ms) |", "|---|---|---|---|---|---|---|---|"]
+
+    def ms(c):
+        if c["median"] is None:
+            return "—"
+        return (f"{1e3 * c['median']:.2f} [{1e3 * c['lo']:.2f}, {1e3 * c['hi']:.2f}] "
+                f"({100 * c['coverage']:.1f} %)")
+
+    for lab, d in rows:
+        lo, hi = d["interval"]
+        model = "—" if d["model_probability"] is None else f"{100 * d['model_probability']:.1f} %"
+        head = [lab, f"{d['collisions']} of {d['draws']}", f"{100 * d['share']:.0f} % ({100 * lo:.0f}–{100 * hi:.0f} %)",
+                model]
+        for i, (mode, v) in enumerate(d["modes"].items()):
+            cells = head if i == 0 else ["", "", "", ""]
+            L.append("| " + " | ".join(cells + [mode, str(len(v["repeats"])), ms(v["kv_p50_real_s"]),
+                                               ms(v["kv_p99_real_s"])]) + " |")
+    return L
+
+
 def _ratio(c: dict) -> str:
     r = c["ratio"]
     if r["mean"] is None:
@@ -88,8 +137,10 @@ def markdown(run: dict, exp: dict, metrics: dict, plots: list[str]) -> str:
         head += f" | {cmp_['a']}/{cmp_['b']} | {cmp_['a']} better in |"
         sep += "---|---|"
     L += [head if head.endswith("|") else head + " |", sep]
+    bimodal = [lab for lab in labels if (fabs[lab]["summary"].get("draws") or {}).get("bimodal")]
     for key, name, scale, fmt in ROWS:
-        cells = [ci_text(fabs[lab]["summary"][key], scale, fmt) for lab in labels]
+        cells = [_median_text([headline_value(r, key) for r in fabs[lab]["repeats"]], scale, fmt) if lab in bimodal
+                 else ci_text(fabs[lab]["summary"][key], scale, fmt) for lab in labels]
         if cmp_:
             if key in cmp_:
                 cells += [_ratio(cmp_[key]), f"{cmp_[key]['a_better']} of {cmp_[key]['n']}"]
@@ -97,6 +148,11 @@ def markdown(run: dict, exp: dict, metrics: dict, plots: list[str]) -> str:
                 cells += ["", ""]
         L.append(f"| {name} | " + " | ".join(cells) + " |")
 
+    if bimodal:
+        L += ["", f"{', '.join(bimodal)}: the draws fall into two modes (an ECMP collision or none), which a mean ± "
+              "Student-t interval describes badly; those cells give the median over all repeats and its "
+              "distribution-free (order-statistic) interval with its coverage. See \"What a draw does\"."]
+    L += draw_section(fabs, labels)
     L += ["", "## TTFT, decomposed", "",
           "TTFT = prefill queue wait + prefill compute + KV transfer + first decode step. Only the KV transfer is "
           "measured; the rest is the workload model's (README: these time parameters are assumptions). "

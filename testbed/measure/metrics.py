@@ -13,7 +13,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from . import lossexplain
+from . import draws, lossexplain
 from .rules import Unreadable, Verdict, number
 from .stats import ci95
 from .tables import FabricData
@@ -87,6 +87,8 @@ def repeat_metrics(fd: FabricData, tables: dict, m: dict) -> dict:
                                          + q["requester"]["timeouts"] for q in fd.counters.get("qps", []))),
         "cpu_fraction": fd.cpu_fractions(), "late_sample_fraction": late_frac,
         "calibration": fd.run.get("calibration"),
+        # this draw's ECMP choices put two concurrent QPs on one fabric link (the model's answer, draws.py)
+        "ecmp_collision": draws.repeat_collides(fd),
         # injected failures drop frames at dead ports (excused and counted: drops_excused) and move traffic off the
         # healthy routes on purpose (those ports are left out of the link-bytes rule); every loss rule still applies
         "failures_injected": (fd.raw / "injections.jsonl").exists(),
