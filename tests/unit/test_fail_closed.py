@@ -340,3 +340,14 @@ def test_a_failed_loss_rule_removal_raises():
     with pytest.raises(RuntimeError, match="nft delete table netdev zlabloss_g0_p0"):
         with ingress_loss(Live(), "g0-p0", 5):
             pass
+
+
+def test_an_unreadable_input_is_not_answered_with_a_lower_rate(run):
+    """A rule that could not read its input is not fixed by scaling: the advice says so, no retry."""
+    from testbed.experiment import advice
+
+    (_raw(run, "roft") / "drops.json").unlink()
+    metrics = report.build(run)
+    a = advice.advise(json.loads((run / "experiment.json").read_text()), metrics)
+    assert a.fabrics == ["roft"] and not a.retry_possible
+    assert any("no drop counters recorded" in u for u in a.unfixable)
