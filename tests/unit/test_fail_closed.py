@@ -351,3 +351,9 @@ def test_an_unreadable_input_is_not_answered_with_a_lower_rate(run):
     a = advice.advise(json.loads((run / "experiment.json").read_text()), metrics)
     assert a.fabrics == ["roft"] and not a.retry_possible
     assert any("no drop counters recorded" in u for u in a.unfixable)
+
+
+def test_an_unreadable_calibration_ratio_voids(run):
+    _edit_json(run / "roft" / "run.json", lambda d: dict(d, calibration=dict(d["calibration"], ratio=None)))
+    reasons = _repeat(run)["fidelity"]["reasons"]
+    assert "calibration rule cannot read its input: calibration ratio unreadable (None)" in reasons
