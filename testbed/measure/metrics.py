@@ -47,7 +47,8 @@ def repeat_metrics(fd: FabricData, tables: dict, m: dict) -> dict:
         # failure state changed; the rest are not compared (lossexplain.py)
         lb = lb[~lb["port"].isin(acct["touched_ports"])]
     ld = lb[lb["predicted_bytes"] > 0] if not lb.empty else lb
-    stray = lb[(lb["predicted_bytes"] == 0) & (lb["measured_bytes"] > 4 * frame)] if not lb.empty else lb
+    stray = lb[(lb["predicted_bytes"] == 0) & (lb["measured_bytes"] > 4 * frame + lb["control_allowance_bytes"])] \
+        if not lb.empty else lb
     out = {
         "repeat": fd.repeat, "replay_status": fd.replay_status, "voided_attempts": fd.voided_attempts,
         "messages_posted": fd.messages_posted, "messages_completed": int(len(msgs)),

@@ -227,7 +227,7 @@ def _as_failure_run(run, label="roft", events=None):
                      and all(fab.nodes[fab.ports[int(p)].node].role == "switch" for p in fab.link_ends[int(d) // 2]))
         a, b = (fab.nodes[fab.ports[int(p)].node].name for p in fab.link_ends[cable])
         events = [{"at_emulated_s": 1.0, "action": "down", "target": f"cable:{a},{b}"}]
-    doc = failplan.document(fab, events, "controller", {"probe_hz": 0, "probe_window": 10, "probe_min_lost": 3,
+    doc = failplan.document(fab, events, "controller", {"probe_hz": 10, "probe_window": 10, "probe_min_lost": 3,
                                                         "probe_timeout_s": 1.5, "poll_s": 0})
     (run / label / "failures.json").write_text(json.dumps(doc))
     t0 = json.loads((_raw(run, label) / "run_clock.json").read_text())["t0_ns"]
@@ -268,6 +268,35 @@ def test_a_failure_run_still_voids_loss_elsewhere(run):
     reasons = _repeat(run)["fidelity"]["reasons"]
     assert any(r.startswith("frames dropped outside a switch egress queue: 4 at host qdiscs") for r in reasons)
     assert any("no drop counter explains" in r and qps[unhit]["src"] in r for r in reasons), reasons
+
+
+def test_probe_bytes_are_allowed_on_switch_to_switch_ports_only(run):
+    exp = json.loads((run / "experiment.json").read_text())
+    fd = FabricData(run / "roft", exp["fabrics"]["roft"], 0)
+    assert fd.probe_bytes_bound("l0r0-p3", 10.0) == 0  # no failure plan: no probes
+    _as_failure_run(run)
+    fd = FabricData(run / "roft", exp["fabrics"]["roft"], 0)
+    fabric_port = next(p.name for p in fd.fabric.ports if fd.fabric.port_link[p.id] >= 0 and all(
+        fd.fabric.nodes[fd.fabric.ports[int(e)].node].role == "switch" for e in fd.fabric.link_ends[fd.fabric.port_link[p.id]]))
+    gpu_facing = next(p.name for p in fd.fabric.ports if fd.fabric.nodes[p.node].role == "switch"
+                      and fd.fabric.port_link[p.id] >= 0 and p.name != fabric_port
+                      and fd.fabric.nodes[fd.fabric.ports[int(fd.fabric.link_ends[fd.fabric.port_link[p.id]][0])].node].role
+                      != "switch")
+    assert fd.probe_bytes_bound(fabric_port, 10.0) == (10 * 10.0 + 2) * 72
+    assert fd.probe_bytes_bound(gpu_facing, 10.0) == 0
+
+
+def test_frames_to_the_controller_are_counted_not_data_loss(run):
+    """OVS's datapath_drop_userspace_action_error counts frames on their way to the controller (link probes;
+    thousands per failure e2e run, one per probe): counted, never data loss. Another datapath drop voids."""
+    _edit_json(_raw(run, "roft") / "drops.json",
+               lambda d: dict(d, delta=dict(d["delta"], ovs_datapath={"datapath_drop_userspace_action_error": 300})))
+    m = _repeat(run)
+    assert m["fidelity"]["valid"] and m["drops_excused"] == {"frames to the controller (link probes)": 300}
+    _edit_json(_raw(run, "roft") / "drops.json",
+               lambda d: dict(d, delta=dict(d["delta"], ovs_datapath={"datapath_drop_upcall_error": 3})))
+    assert any(r.startswith("frames dropped outside a switch egress queue: 3 at ovs datapath")
+               for r in _repeat(run)["fidelity"]["reasons"])
 
 
 def test_a_failure_run_compares_link_bytes_on_untouched_ports(run):
