@@ -187,7 +187,9 @@ def repeat_collides(fd) -> bool | None:
 def summary(fds: list, repeats: list[dict], level: float = 0.95) -> dict | None:
     """What a draw does over a fabric's repeats: how many collide (share, Clopper-Pearson interval),
     the model's probability for the first repeat's schedule, and per mode the KV p50 and p99 medians
-    with order-statistic intervals. None when no repeat has a schedule."""
+    with order-statistic intervals. None when no repeat has a schedule. Every draw counts (whether a
+    draw collides depends on its source ports, not on the machine); each mode names its INVALID
+    repeats, whose figures the reader may want to set aside."""
     flags = [r.get("ecmp_collision") for r in repeats]
     known = [(f, r) for f, r in zip(flags, repeats) if f is not None]
     if not known:
@@ -202,6 +204,7 @@ def summary(fds: list, repeats: list[dict], level: float = 0.95) -> dict | None:
         reps = [r for f, r in known if f == want]
         if reps:
             out["modes"][name] = {"repeats": [r["repeat"] for r in reps],
+                                  "invalid": [r["repeat"] for r in reps if not r["fidelity"]["valid"]],
                                   **{key: median_interval([r["kv_transfer_real_s"][q] for r in reps], level)
                                      for key, q in (("kv_p50_real_s", "p50"), ("kv_p99_real_s", "p99"))}}
     out["bimodal"] = len(out["modes"]) == 2

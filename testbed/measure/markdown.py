@@ -86,7 +86,9 @@ def draw_section(fabs: dict, labels: list[str]) -> list[str]:
                 model]
         for i, (mode, v) in enumerate(d["modes"].items()):
             cells = head if i == 0 else ["", "", "", ""]
-            L.append("| " + " | ".join(cells + [mode, str(len(v["repeats"])), ms(v["kv_p50_real_s"]),
+            count = str(len(v["repeats"])) + (f" ({len(v['invalid'])} INVALID: repeat "
+                                              f"{', '.join(map(str, v['invalid']))})" if v.get("invalid") else "")
+            L.append("| " + " | ".join(cells + [mode, count, ms(v["kv_p50_real_s"]),
                                                ms(v["kv_p99_real_s"])]) + " |")
     return L
 
