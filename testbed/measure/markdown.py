@@ -76,6 +76,8 @@ def draw_section(fabs: dict, labels: list[str]) -> list[str]:
     def ms(c):
         if c["median"] is None:
             return "—"
+        if c["n"] == 1:
+            return f"{1e3 * c['median']:.2f} (one draw)"
         return (f"{1e3 * c['median']:.2f} [{1e3 * c['lo']:.2f}, {1e3 * c['hi']:.2f}] "
                 f"({100 * c['coverage']:.1f} %)")
 
@@ -132,7 +134,9 @@ def markdown(run: dict, exp: dict, metrics: dict, plots: list[str]) -> str:
               "same seed): " + "; ".join(retaken)]
     L += ["", f"All figures are from the **emulated** fabric, converted to real-cluster units where marked (real = "
           f"emulated / dilation). Each cell: mean ± 95 % confidence half-width over {k} independent repeats (new QP "
-          "source ports — ECMP entropy — and scheduler seed each).", ""]
+          "source ports — ECMP entropy — and scheduler seed each)"
+          + (", except where the draws fall into two modes (marked median, below)" if any(
+              (f["summary"].get("draws") or {}).get("bimodal") for f in fabs.values()) else "") + ".", ""]
     head = "| metric | " + " | ".join(labels)
     sep = "|---|" + "---|" * len(labels)
     if cmp_:

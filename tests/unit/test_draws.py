@@ -125,3 +125,43 @@ def test_the_mini_run_report_says_what_a_draw_does(tmp_path):
     assert d["interval"] == pytest.approx(draws.clopper_pearson(2, 2))
     text = (run / "report.md").read_text()
     assert "## What a draw does (ECMP)" in text and "| roft | 2 of 2 | 100 % (16–100 %) |" in text
+
+
+def test_the_recorded_bimodal_run_is_small_and_complete():
+    size = sum(p.stat().st_size for p in BIMODAL.rglob("*") if p.is_file())
+    assert size <= 1.2e6, size
+    exp = json.loads((BIMODAL / "experiment.json").read_text())
+    assert list(exp["fabrics"]) == ["roft"] and [r["seed"] for r in exp["fabrics"]["roft"]["repeats"]] == [0, 1, 2, 3]
+
+
+def test_the_report_on_a_recorded_bimodal_run_shows_both_modes_and_their_frequency(tmp_path):
+    """ROFT over seeds 0-3, recorded (tests/data/bimodal-run): the model says seeds 0-2 collide and seed 3
+    does not; the records agree (every colliding draw is slower and overloads a link, the other does
+    not), and the report gives both modes, how often each occurs with its exact interval, and medians
+    instead of a mean ± t interval."""
+    from testbed.measure import report
+
+    run = tmp_path / "run"
+    shutil.copytree(BIMODAL, run)
+    m = report.build(run)
+    reps = m["fabrics"]["roft"]["repeats"]
+    assert [r["ecmp_collision"] for r in reps] == [True, True, True, False]
+    hit = [r for r in reps if r["ecmp_collision"]]
+    (calm,) = [r for r in reps if not r["ecmp_collision"]]
+    assert min(r["kv_transfer_real_s"]["p50"] for r in hit) > 1.5 * calm["kv_transfer_real_s"]["p50"]
+    assert min(r["max_offered_util"] for r in hit) > 1.3 > calm["max_offered_util"]  # two NICs into one link
+    d = m["fabrics"]["roft"]["summary"]["draws"]
+    assert d["bimodal"] and (d["collisions"], d["draws"]) == (3, 4)
+    lo, hi = draws.clopper_pearson(3, 4)
+    assert d["interval"] == pytest.approx([lo, hi])
+    assert d["modes"]["collision"]["repeats"] == [0, 1, 2] and d["modes"]["no collision"]["repeats"] == [3]
+    p50 = d["modes"]["collision"]["kv_p50_real_s"]
+    assert p50["median"] == pytest.approx(sorted(r["kv_transfer_real_s"]["p50"] for r in hit)[1])
+    assert (p50["lo"], p50["hi"]) == (min(r["kv_transfer_real_s"]["p50"] for r in hit),
+                                      max(r["kv_transfer_real_s"]["p50"] for r in hit))
+    text = (run / "report.md").read_text()
+    model = f"{100 * d['model_probability']:.1f} %"
+    assert f"| roft | 3 of 4 | 75 % ({100 * lo:.0f}–{100 * hi:.0f} %) | {model} | collision | 3 | " in text
+    assert f"|  |  |  |  | no collision | 1 | {1e3 * calm['kv_transfer_real_s']['p50']:.2f} (one draw) |" in text
+    row = next(line for line in text.splitlines() if line.startswith("| KV-transfer completion p50"))
+    assert "median" in row and "±" not in row
