@@ -386,3 +386,22 @@ def test_an_unreadable_calibration_ratio_voids(run):
     _edit_json(run / "roft" / "run.json", lambda d: dict(d, calibration=dict(d["calibration"], ratio=None)))
     reasons = _repeat(run)["fidelity"]["reasons"]
     assert "calibration rule cannot read its input: calibration ratio unreadable (None)" in reasons
+
+
+def test_a_link_that_survives_its_deletion_raises(monkeypatch, tmp_path):
+    """`zlab lab clean`: deleting one end of a veth removes its peer, so `ip link del` may fail on a link
+    already gone; a link still there afterwards is a failed cleanup and raises."""
+    from types import SimpleNamespace
+
+    from testbed.lab import clean
+
+    calls = []
+    monkeypatch.setattr(clean, "run", lambda argv, **kw: calls.append(argv) or "")
+    rec = SimpleNamespace(run_id="r1", resources=[{"type": "link", "name": "zl-a", "ifindex": 7}],
+                          path=tmp_path / "r1.jsonl")
+    monkeypatch.setattr(clean, "_ifindex", lambda name: 7)  # the delete did nothing
+    with pytest.raises(CommandError, match="ip link del zl-a: the link is still there"):
+        clean.clean_run(rec)
+    gone = iter([7, None])
+    monkeypatch.setattr(clean, "_ifindex", lambda name: next(gone))
+    assert clean.clean_run(rec) == ["link zl-a"] and ["ip", "link", "del", "zl-a"] in calls
