@@ -27,5 +27,8 @@ def ingress_loss(live: LiveRun, port_name: str, percent: float, udp_dport: int =
             raise RuntimeError(f"{' '.join(c)}: {r.stderr.strip()}")
     try:
         yield
-    finally:
-        live.in_host(host, ["nft", "delete", "table", "netdev", table])
+    finally:  # a loss rule left behind would keep dropping frames: a failed delete raises
+        c = ["nft", "delete", "table", "netdev", table]
+        r = live.in_host(host, c)
+        if r.returncode != 0:
+            raise RuntimeError(f"{' '.join(c)}: {r.stderr.strip()}")

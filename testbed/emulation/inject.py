@@ -96,17 +96,23 @@ class Injector:
              str(int(round(loss_percent * 100))), "counter", "drop"])
 
     def _gray_off(self, iface: str) -> int | None:
+        """Remove one loss rule; a failed delete raises (a rule left behind keeps dropping frames)."""
         table = gray_table(iface)
         n = nft_dropped(table)
-        subprocess.run(["nft", "delete", "table", "netdev", table], capture_output=True)
+        _sh(["nft", "delete", "table", "netdev", table])
         self.gray.discard(iface)
         return n
 
     def restore(self) -> None:
         """Undo everything still in effect (links up, loss rules gone), and record it."""
-        rec = {"t_ns": time.monotonic_ns(), "action": "restore", "ifaces_up": sorted(self.down),
-               "gray_dropped": {i: self._gray_off(i) for i in sorted(self.gray)}}
         errors = []
+        gray = {}
+        for i in sorted(self.gray):
+            try:
+                gray[i] = self._gray_off(i)
+            except RuntimeError as exc:  # recorded; the runner fails the replay on any restore error
+                errors.append(f"{i}: {exc}")
+        rec = {"t_ns": time.monotonic_ns(), "action": "restore", "ifaces_up": sorted(self.down), "gray_dropped": gray}
         for i in sorted(self.down):
             r = subprocess.run(["ip", "link", "set", "dev", i, "up"], capture_output=True, text=True)
             if r.returncode != 0:

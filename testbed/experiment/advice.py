@@ -15,7 +15,7 @@ from .planner import capacity, factor_for
 MACHINE_BOUND = ("CPU-bound", "queue sample periods missed", "agent released messages late", "calibration",
                  "agent sends blocked", "frames dropped outside", "no drop counter explains", "replay timeout")
 NOT_SCALING = ("corrupted transfers", "serialisation floor", "carried utilisation", "off the model",
-               "does not route through")
+               "does not route through", "cannot read its input")  # an unreadable rule input: not the rate
 DEFAULT_SOCKET_BUFFER = 8388608
 
 

@@ -21,6 +21,7 @@ from pathlib import Path
 
 import numpy as np
 
+from ..errors import UserInputError
 from ..lab import state
 
 HEADROOM = 0.7  # of one core for ovs-vswitchd: bursts and the agents need the rest
@@ -256,3 +257,32 @@ def describe(c: Choice) -> list[str]:
             f"({FRAMES_PER_QUEUE} frames of {c.frame_bytes} B); the run's XOFF {c.queue_real_bytes:,.0f} B is "
             + ("representable" if c.queue_representable else "NOT representable"),
             *[f"  note: {n}" for n in c.notes]]
+
+
+def draws_for_precision(exp, precision: float, most: int = 50) -> tuple[int, list[str]]:
+    """`zlab run --precision P`: the number of draws (repeats) whose exact 95 % interval for the share of
+    draws with an ECMP collision has a half-width of at most P, at the routing model's probability of a
+    collision for each fabric's schedule (measure/draws.py); the largest over the fabrics. Why the share:
+    where draws are bimodal (ROFT's default), the share of each mode is what a draw does."""
+    from ..emulation.config import scaled_rate_bps
+    from ..measure import draws
+
+    if not 0 < precision < 0.5:
+        raise UserInputError(f"--precision takes a half-width of the collision share in (0, 0.5), got {precision:g}")
+    need, lines = 2, []
+    for label, fr in exp.fabrics.items():
+        rep = fr.repeats[0]
+        ports = {p.name: p for p in fr.fabric.ports}
+        msgs = [{"src_port": m.src_port, "dst_port": m.dst_port, "size_bytes": m.size_bytes,
+                 "t_due_ns": int(rep.plan.transfers[m.transfer].t_post_s * 1e9)} for m in rep.messages]
+        rate = {s: scaled_rate_bps(ports[s].rate_bps, fr.emulation) for s in {m["src_port"] for m in msgs}}
+        p = draws.collision_probability(fr.fabric, msgs, rate)
+        n = draws.draws_for_precision(p, precision, most=most)
+        lo, hi = draws.clopper_pearson(round(n * p), n)
+        if (hi - lo) / 2 > precision:
+            raise UserInputError(f"--precision {precision:g}: {label} needs more than {most} draws (the most a run takes; "
+                               f"model's collision probability {100 * p:.1f} %)")
+        lines.append(f"{label}: model's collision probability {100 * p:.1f} %; {n} draws give a 95 % interval of "
+                     f"±{50 * (hi - lo):.1f} points on the share of draws with a collision")
+        need = max(need, n)
+    return need, lines

@@ -245,7 +245,8 @@ def _collect(fr: FabricRun, rep: Repeat, live: LiveRun, r: _Replay, drops_before
         _verify_paths(fr, live, r.agent, r.raw, log)
     after = losses.snapshot(live, _vswitchd_pid())
     write_json(r.raw / "drops.json", {"before": drops_before, "after": after,
-                                      "delta": losses.delta(drops_before, after)})
+                                      "delta": losses.delta(drops_before, after),
+                                      "unreadable": losses.unreadable(drops_before, after)})
 
 
 def _tear_down(r: _Replay, lf: LiveFabric, status: str, log) -> None:

@@ -65,7 +65,11 @@ def clean_run(rec: RunRecord, dry_run: bool = False) -> list[str]:
         if now is None or (ifindex is not None and now != ifindex):
             continue
         if not dry_run:
+            # deleting one end of a veth removes its peer, so the command may fail on a link already gone;
+            # a link still there afterwards is a failed cleanup and raises
             run(["ip", "link", "del", name], check=False)
+            if _ifindex(name) is not None:
+                raise CommandError(f"ip link del {name}: the link is still there")
         done.append(f"link {name}")
     for r in rec.resources:
         if r["type"] == "netns":

@@ -42,6 +42,59 @@ def ci_text(c: dict, scale: float, fmt: str = "{:.2f}") -> str:
     return s + (f" ± {fmt.format(c['ci95'] * scale)}" if c["ci95"] is not None else "")
 
 
+def headline_value(r: dict, key: str):
+    from .metrics import headline
+    return headline(r)[key]
+
+
+def _median_text(values, scale: float, fmt: str) -> str:
+    """median [lo, hi] (coverage): an order-statistic interval, for draws that are not normal."""
+    from .draws import median_interval
+    c = median_interval(values)
+    if c["median"] is None:
+        return "—"
+    f = lambda x: fmt.format(x * scale)  # noqa: E731
+    return f"median {f(c['median'])} [{f(c['lo'])}, {f(c['hi'])}] ({100 * c['coverage']:.1f} %)"
+
+
+def draw_section(fabs: dict, labels: list[str]) -> list[str]:
+    """What one draw (repeat) does: the share of draws with an ECMP collision with its exact interval,
+    the routing model's probability of one, and each mode's KV medians with order-statistic intervals."""
+    rows = [(lab, fabs[lab]["summary"].get("draws")) for lab in labels]
+    rows = [(lab, d) for lab, d in rows if d]
+    if not rows:
+        return []
+    L = ["", "## What a draw does (ECMP)", "",
+         "A draw is one repeat: new QP source ports, so new ECMP choices. A draw collides when two queue pairs "
+         "from different NICs that are on the wire at the same time share a switch-to-switch link (the routing "
+         "model's answer for the recorded source ports). Share: exact Clopper-Pearson interval; model: the same "
+         "test over simulated draws of the source ports; each mode: median over its draws [order-statistic "
+         "interval] (its coverage; below 95 % when there are too few draws for 95 %).", "",
+         "| fabric | draws colliding | share (95 % interval) | model's probability | mode | draws | KV p50 (real ms) "
+         "| KV p99 (real ms) |", "|---|---|---|---|---|---|---|---|"]
+
+    def ms(c):
+        if c["median"] is None:
+            return "—"
+        if c["n"] == 1:
+            return f"{1e3 * c['median']:.2f} (one draw)"
+        return (f"{1e3 * c['median']:.2f} [{1e3 * c['lo']:.2f}, {1e3 * c['hi']:.2f}] "
+                f"({100 * c['coverage']:.1f} %)")
+
+    for lab, d in rows:
+        lo, hi = d["interval"]
+        model = "—" if d["model_probability"] is None else f"{100 * d['model_probability']:.1f} %"
+        head = [lab, f"{d['collisions']} of {d['draws']}", f"{100 * d['share']:.0f} % ({100 * lo:.0f}–{100 * hi:.0f} %)",
+                model]
+        for i, (mode, v) in enumerate(d["modes"].items()):
+            cells = head if i == 0 else ["", "", "", ""]
+            count = str(len(v["repeats"])) + (f" ({len(v['invalid'])} INVALID: repeat "
+                                              f"{', '.join(map(str, v['invalid']))})" if v.get("invalid") else "")
+            L.append("| " + " | ".join(cells + [mode, count, ms(v["kv_p50_real_s"]),
+                                               ms(v["kv_p99_real_s"])]) + " |")
+    return L
+
+
 def _ratio(c: dict) -> str:
     r = c["ratio"]
     if r["mean"] is None:
@@ -60,6 +113,7 @@ def markdown(run: dict, exp: dict, metrics: dict, plots: list[str]) -> str:
     sections = [
         status(run, fabs),
         headline(metrics),
+        draws(fabs),
         ttft_decomposed(fabs),
         every_repeat(fabs),
         fidelity_checks(exp["spec"]["measurement"], fabs),
@@ -68,11 +122,16 @@ def markdown(run: dict, exp: dict, metrics: dict, plots: list[str]) -> str:
         plot_links(plots),
         [SOURCES],
     ]
-    return "\n\n".join("\n".join(lines) for lines in sections) + "\n"
+    return "\n\n".join("\n".join(lines) for lines in sections if lines) + "\n"
 
 
 SOURCES = ("Raw records (`<fabric>/raw/rep<k>/*.jsonl`) and tables (`tables/*.parquet`) hold everything these numbers "
            "come from; `zlab report RUN` recomputes them.")
+
+
+def uncalibrated(fabs: dict) -> list[str]:
+    """The fabrics with a repeat whose links' rates were never calibrated."""
+    return [lab for lab, f in fabs.items() if any(not r.get("calibration") for r in f["repeats"])]
 
 
 def status(run: dict, fabs: dict) -> list[str]:
@@ -86,6 +145,11 @@ def status(run: dict, fabs: dict) -> list[str]:
         f"{lab} **{'valid' if f['summary']['fidelity']['valid'] else 'INVALID'}**"
         + ("" if f["summary"]["fidelity"]["valid"] else f" ({'; '.join(f['summary']['fidelity']['reasons'][:6])})")
         for lab, f in fabs.items()))
+    uncal = uncalibrated(fabs)
+    if uncal:  # the calibration rule could not run: said, not skipped silently
+        L += ["", "Calibration: **uncalibrated** (" + ", ".join(uncal) + "): the links' rates were not measured against "
+              "the configured rate (`measurement.calibrate` off, or no calibration recorded), so the calibration rule "
+              "did not run"]
     retaken = [f"{lab} repeat {r['repeat']} ({'; '.join(v['reason'] for v in r['voided_attempts'])}; raw data of the "
                f"voided attempt(s) kept in {', '.join(lab + '/raw/' + v['folder'] for v in r['voided_attempts'])})"
                for lab, f in fabs.items() for r in f["repeats"] if r.get("voided_attempts")]
@@ -104,22 +168,35 @@ def headline(metrics: dict) -> list[str]:
     k = max(s["summary"]["repeats"] for s in fabs.values())
     L = [f"All figures are from the **emulated** fabric, converted to real-cluster units where marked (real = "
          f"emulated / dilation). Each cell: mean ± 95 % confidence half-width over {k} independent repeats (new QP "
-         "source ports — ECMP entropy — and scheduler seed each).", ""]
+         "source ports — ECMP entropy — and scheduler seed each)"
+         + (", except where the draws fall into two modes (marked median, below)" if any(
+             (f["summary"].get("draws") or {}).get("bimodal") for f in fabs.values()) else "") + ".", ""]
     head = "| metric | " + " | ".join(labels)
     sep = "|---|" + "---|" * len(labels)
     if cmp_:
         head += f" | {cmp_['a']}/{cmp_['b']} | {cmp_['a']} better in |"
         sep += "---|---|"
     L += [head if head.endswith("|") else head + " |", sep]
+    bimodal = [lab for lab in labels if (fabs[lab]["summary"].get("draws") or {}).get("bimodal")]
     for key, name, scale, fmt in ROWS:
-        cells = [ci_text(fabs[lab]["summary"][key], scale, fmt) for lab in labels]
+        cells = [_median_text([headline_value(r, key) for r in fabs[lab]["repeats"]], scale, fmt) if lab in bimodal
+                 else ci_text(fabs[lab]["summary"][key], scale, fmt) for lab in labels]
         if cmp_:
             if key in cmp_:
                 cells += [_ratio(cmp_[key]), f"{cmp_[key]['a_better']} of {cmp_[key]['n']}"]
             else:
                 cells += ["", ""]
         L.append(f"| {name} | " + " | ".join(cells) + " |")
+    if bimodal:
+        L += ["", f"{', '.join(bimodal)}: the draws fall into two modes (an ECMP collision or none), which a mean ± "
+              "Student-t interval describes badly; those cells give the median over all repeats and its "
+              "distribution-free (order-statistic) interval with its coverage. See \"What a draw does\"."]
     return L
+
+
+def draws(fabs: dict) -> list[str]:
+    """What a draw (repeat) does, when any fabric's draws were classified."""
+    return draw_section(fabs, list(fabs))[1:]
 
 
 def ttft_decomposed(fabs: dict) -> list[str]:
@@ -198,9 +275,11 @@ def _checks(m: dict) -> list[tuple]:
         ("frames dropped in switch egress queues (the fabric's own loss)", "(reported)",
          lambda r: (r["drops"] or {}).get("switch_queues"), "{}"),
         ("frames dropped anywhere else (emulator loss)", "0",
-         lambda r: None if r["drops"] is None else sum(v for k, v in r["drops"].items() if k != "switch_queues"), "{}"),
-        ("retransmissions, NAKs and timeouts", "(reported; unexplained ones void the run)",
+         lambda r: None if r["drops"] is None else sum(r.get("drops_outside", {}).values()), "{}"),
+        ("retransmissions, NAKs and timeouts", "(reported; one no drop on its QP's own path explains voids the run)",
          lambda r: r["transport_loss_events"], "{}"),
+        ("frames lost on failed elements (excused, counted)", "(reported)",
+         lambda r: sum((r.get("drops_excused") or {}).values()) if r.get("failures_injected") else None, "{}"),
         ("link bytes vs the model, max error beyond one frame, loaded ports", f"{100 * m['max_link_bytes_error']:.0f} %",
          lambda r: r["link_bytes_max_error"], "{:.2%}"),
         ("calibration (iperf3 / configured)", f"{100 * m['min_calibration_ratio']:.0f} %",
@@ -220,11 +299,15 @@ def fidelity_checks(m: dict, fabs: dict) -> list[str]:
     labels = list(fabs)
     L = ["## Fidelity checks (worst repeat)", "", "| check | limit | " + " | ".join(labels) + " |",
          "|---|---|" + "---|" * len(labels)]
+    uncal = uncalibrated(fabs)
     for name, limit, fn, fmt in _checks(m):
         agg = min if name.startswith("calibration") else max
         cells = []
         for lab in labels:
             v = _worst(fabs[lab]["repeats"], fn, agg)
+            if name.startswith("calibration") and lab in uncal:
+                cells.append("uncalibrated")
+                continue
             cells.append("—" if v is None else fmt.format(v))
         L.append(f"| {name} | {limit} | " + " | ".join(cells) + " |")
     return L

@@ -13,6 +13,8 @@ from __future__ import annotations
 
 import numpy as np
 
+from . import draws, lossexplain
+from .rules import Unreadable, Verdict, number
 from .stats import ci95
 from .tables import FabricData
 
@@ -39,8 +41,14 @@ def repeat_metrics(fd: FabricData, tables: dict, m: dict) -> dict:
     done_span = (req["kv_done_s"].max() - req["t_arrival_s"].min()) / fd.dilation if len(kv) else None
     ports = fd.counters.get("ports", {})
     frame = fd.burst_bytes
+    acct = _loss_accounting(fd, qs)
+    if not lb.empty and acct["touched_ports"]:
+        # a failure moves traffic between ports mid-replay: the model's healthy bytes hold only on the ports no
+        # failure state changed; the rest are not compared (lossexplain.py)
+        lb = lb[~lb["port"].isin(acct["touched_ports"])]
     ld = lb[lb["predicted_bytes"] > 0] if not lb.empty else lb
-    stray = lb[(lb["predicted_bytes"] == 0) & (lb["measured_bytes"] > 4 * frame)] if not lb.empty else lb
+    stray = lb[(lb["predicted_bytes"] == 0) & (lb["measured_bytes"] > 4 * frame + lb["control_allowance_bytes"])] \
+        if not lb.empty else lb
     out = {
         "repeat": fd.repeat, "replay_status": fd.replay_status, "voided_attempts": fd.voided_attempts,
         "messages_posted": fd.messages_posted, "messages_completed": int(len(msgs)),
@@ -73,12 +81,17 @@ def repeat_metrics(fd: FabricData, tables: dict, m: dict) -> dict:
         "blocked_sends": int(sum(p.get("tx_blocked", 0) for p in ports.values())),
         "link_bytes_max_error": float(ld["error_beyond_frame"].max()) if not ld.empty else None,
         "link_bytes_stray_ports": sorted(stray["port"].tolist()) if not stray.empty else [],
-        "drops": _drops(fd, qs),
+        "drops": _drops(fd, qs), "drops_unreadable": fd.drops_unreadable,
+        "drops_outside": acct["outside"], "drops_excused": acct["excused"], "loss_unexplained": acct["unexplained"],
+        "link_bytes_skipped_ports": len(acct["touched_ports"]),
         "transport_loss_events": int(sum(q["requester"]["retransmits"] + q["requester"]["naks"]
                                          + q["requester"]["timeouts"] for q in fd.counters.get("qps", []))),
         "cpu_fraction": fd.cpu_fractions(), "late_sample_fraction": late_frac,
         "calibration": fd.run.get("calibration"),
-        # injected failures drop frames at dead ports and move traffic off the healthy routes on purpose
+        # this draw's ECMP choices put two concurrent QPs on one fabric link (the model's answer, draws.py)
+        "ecmp_collision": draws.repeat_collides(fd),
+        # injected failures drop frames at dead ports (excused and counted: drops_excused) and move traffic off the
+        # healthy routes on purpose (those ports are left out of the link-bytes rule); every loss rule still applies
         "failures_injected": (fd.raw / "injections.jsonl").exists(),
     }
     out["fidelity"] = fidelity(out, m)
@@ -98,6 +111,20 @@ def _drops(fd: FabricData, qs) -> dict | None:
     return out
 
 
+def _queue_drops(qs) -> dict[str, int]:
+    if qs.empty:
+        return {}
+    g = qs.groupby("port")["drops_total"]
+    return {p: int(n) for p, n in (g.max() - g.min()).items() if n}
+
+
+def _loss_accounting(fd: FabricData, qs) -> dict:
+    """lossexplain.account, or an empty accounting when no drops were recorded (the drop rule voids)."""
+    if fd.drops is None:
+        return {"excused": {}, "outside": {}, "unexplained": [], "touched_ports": []}
+    return lossexplain.account(fd, _queue_drops(qs))
+
+
 def _lateness_shift(req) -> float | None:
     """How much the agent's late releases moved the headline KV figures: the larger relative
     change of KV p50 or p99 against the same requests recomputed with every message's release
@@ -109,67 +136,86 @@ def _lateness_shift(req) -> float | None:
 
 
 def fidelity(out: dict, m: dict) -> dict:
-    """The repeat's verdict: valid, or the list of rules it broke (m: the spec's measurement)."""
-    cpu, late_frac, calib = out["cpu_fraction"], out["late_sample_fraction"], out["calibration"]
-    reasons = []
+    """The repeat's verdict: valid, or the list of rules it broke (m: the spec's measurement).
+    Every rule fails closed (rules.py): one that cannot read its input voids the repeat."""
+    v = Verdict()
+    cpu = out["cpu_fraction"]
     if out["replay_status"] != "complete":
-        reasons.append(f"replay {out['replay_status']}")
-    for who in ("ovs", "agent"):
-        if who in cpu and cpu[who]["max"] > m["max_cpu_fraction"]:
-            reasons.append(f"CPU-bound: {who} at {100 * cpu[who]['max']:.0f} % of a core (limit "
-                           f"{100 * m['max_cpu_fraction']:.0f} %)")
-    if "machine" in cpu and cpu["machine"]["max"] > m["max_machine_cpu_fraction"]:
-        reasons.append(f"CPU-bound: the machine at {100 * cpu['machine']['max']:.0f} % of all cores (limit "
-                       f"{100 * m['max_machine_cpu_fraction']:.0f} %)")
-    steal = cpu.get("steal", {}).get("max")
-    if steal is not None and steal > m["max_steal_fraction"]:
-        reasons.append(f"CPU-bound: the hypervisor stole up to {100 * steal:.0f} % of the cores (limit "
-                       f"{100 * m['max_steal_fraction']:.0f} %): stalls stretch transfers, not only releases")
+        v.void(f"replay {out['replay_status']}")
+    v.check("CPU", lambda: _cpu_rule(cpu, m))
+    late_frac, calib = out["late_sample_fraction"], out["calibration"]
     if late_frac is None:
-        reasons.append("no queue samples")
+        v.void("no queue samples")
     elif late_frac > m["max_late_sample_fraction"]:
-        reasons.append(f"{100 * late_frac:.1f} % of queue sample periods missed")
-    if calib and calib["ratio"] < m["min_calibration_ratio"]:
-        reasons.append(f"calibration {100 * calib['ratio']:.0f} % of the configured rate")
+        v.void(f"{100 * late_frac:.1f} % of queue sample periods missed")
+    if calib:  # missing: the rule cannot run, and the report prints "uncalibrated"
+        v.check("calibration", lambda: [f"calibration {100 * calib['ratio']:.0f} % of the configured rate"]
+                if number(calib.get("ratio"), "calibration ratio") < m["min_calibration_ratio"] else [])
     if out["integrity_ok"] is False:
-        reasons.append("corrupted transfers")
+        v.void("corrupted transfers")
     if out["below_floor_messages"]:
-        reasons.append(f"{out['below_floor_messages']} messages faster than their serialisation floor "
-                       "(shaping not exact)")
+        v.void(f"{out['below_floor_messages']} messages faster than their serialisation floor (shaping not exact)")
     over = out["max_carried_util"]
     if over is not None and over > m["max_carried_util"]:
-        reasons.append(f"carried utilisation {over:.3f} > {m['max_carried_util']} beyond the two frames a one-frame "
-                       "bucket can send ahead (a link carried more than its rate)")
+        v.void(f"carried utilisation {over:.3f} > {m['max_carried_util']} beyond the two frames a one-frame "
+               "bucket can send ahead (a link carried more than its rate)")
     shift, lat = out["lateness_shift"], out["release_lateness_p99_s"]
     if shift is not None and shift > m["max_lateness_shift"]:
         steal = cpu.get("steal", {}).get("max")
-        reasons.append(f"agent released messages late (p99 {1e3 * lat:.1f} ms emulated), moving KV p50/p99 by "
-                       f"{100 * shift:.1f} % (limit {100 * m['max_lateness_shift']:.0f} %)"
-                       + (f"; hypervisor steal up to {100 * steal:.0f} % of the cores" if steal else ""))
-    drops = out["drops"]
-    if out.get("failures_injected"):
-        # drops at failed ports, routes that change mid-replay and loss from gray failures are the
-        # experiment, not an emulation fault: the failure analysis accounts for them (failures.py)
-        drops = err = None
-        out = dict(out, link_bytes_stray_ports=[])
-    else:
-        err = out["link_bytes_max_error"]
-    if drops is not None:
-        outside = {k: v for k, v in drops.items() if k != "switch_queues" and v}
-        if outside:
-            reasons.append("frames dropped outside a switch egress queue: "
-                           + ", ".join(f"{v} at {k.replace('_', ' ')}" for k, v in sorted(outside.items())))
-        if out["transport_loss_events"] and not sum(drops.values()):
-            reasons.append(f"the transport saw loss ({out['transport_loss_events']} retransmissions, NAKs or timeouts) "
-                           "that no drop counter explains")
+        v.void(f"agent released messages late (p99 {1e3 * lat:.1f} ms emulated), moving KV p50/p99 by "
+               f"{100 * shift:.1f} % (limit {100 * m['max_lateness_shift']:.0f} %)"
+               + (f"; hypervisor steal up to {100 * steal:.0f} % of the cores" if steal else ""))
+    v.check("drop", lambda: _drop_rule(out))
     if out["blocked_sends"]:
-        reasons.append(f"{out['blocked_sends']} agent sends blocked by a full host queue")
+        v.void(f"{out['blocked_sends']} agent sends blocked by a full host queue")
+    err = out["link_bytes_max_error"]
     if err is not None and err > m["max_link_bytes_error"]:
-        reasons.append(f"link bytes off the model by up to {100 * err:.1f} % beyond one frame (limit "
-                       f"{100 * m['max_link_bytes_error']:.0f} %): misrouting or uncounted traffic")
+        v.void(f"link bytes off the model by up to {100 * err:.1f} % beyond one frame (limit "
+               f"{100 * m['max_link_bytes_error']:.0f} %): misrouting or uncounted traffic")
     if out["link_bytes_stray_ports"]:
-        reasons.append(f"replay bytes on ports the model does not route through: {out['link_bytes_stray_ports'][:4]}")
-    return {"valid": not reasons, "reasons": reasons}
+        v.void(f"replay bytes on ports the model does not route through: {out['link_bytes_stray_ports'][:4]}")
+    return v.result()
+
+
+def _cpu_rule(cpu: dict, m: dict) -> list[str]:
+    """CPU-bound daemons, machine or hypervisor; an unreadable sample voids (NaN passes any limit)."""
+    reasons = []
+    for who in ("ovs", "agent", "machine"):
+        if who not in cpu:
+            raise Unreadable(f"no CPU samples of {who}")
+        if cpu[who].get("unreadable_samples"):
+            raise Unreadable(f"{cpu[who]['unreadable_samples']} CPU samples of {who} unreadable (process gone?)")
+    for who in ("ovs", "agent"):
+        if number(cpu[who]["max"], f"CPU of {who}") > m["max_cpu_fraction"]:
+            reasons.append(f"CPU-bound: {who} at {100 * cpu[who]['max']:.0f} % of a core (limit "
+                           f"{100 * m['max_cpu_fraction']:.0f} %)")
+    if number(cpu["machine"]["max"], "CPU of the machine") > m["max_machine_cpu_fraction"]:
+        reasons.append(f"CPU-bound: the machine at {100 * cpu['machine']['max']:.0f} % of all cores (limit "
+                       f"{100 * m['max_machine_cpu_fraction']:.0f} %)")
+    steal = cpu.get("steal", {}).get("max")
+    if steal is not None and number(steal, "hypervisor steal") > m["max_steal_fraction"]:
+        reasons.append(f"CPU-bound: the hypervisor stole up to {100 * steal:.0f} % of the cores (limit "
+                       f"{100 * m['max_steal_fraction']:.0f} %): stalls stretch transfers, not only releases")
+    return reasons
+
+
+def _drop_rule(out: dict) -> list[str]:
+    """Frames dropped outside a switch egress queue (minus the failure's own, excused and counted),
+    and loss no drop counter on the QP's own path explains."""
+    if out["drops"] is None:
+        raise Unreadable("no drop counters recorded (raw drops.json missing)")
+    if out["drops_unreadable"]:
+        raise Unreadable("drop counters unreadable: " + "; ".join(out["drops_unreadable"][:3]))
+    reasons = []
+    outside = {k: v for k, v in out["drops_outside"].items() if v}
+    if outside:
+        reasons.append("frames dropped outside a switch egress queue: "
+                       + ", ".join(f"{v} at {k.replace('_', ' ')}" for k, v in sorted(outside.items())))
+    bad = out["loss_unexplained"]
+    if bad:
+        reasons.append(f"the transport saw loss on {len(bad)} QPs that no drop counter explains on their own path: "
+                       + "; ".join(bad[:3]))
+    return reasons
 
 
 def headline(r: dict) -> dict:

@@ -13,7 +13,7 @@ from ..errors import RuntimeFailure, UserInputError
 from ..records import read_json, write_json
 import pandas as pd
 
-from . import failures, markdown, plots
+from . import draws, failures, markdown, plots
 from .metrics import comparison, fabric_summary, repeat_metrics
 from .tables import FabricData
 
@@ -66,6 +66,8 @@ def build(root: Path) -> dict:
     labels = list(datas)
     metrics = {"fabrics": {lab: {"summary": fabric_summary(per_fabric[lab]), "repeats": per_fabric[lab]}
                            for lab in labels}}
+    for lab in labels:  # what a draw does: ECMP collisions and each mode's figures (draws.py)
+        metrics["fabrics"][lab]["summary"]["draws"] = draws.summary(datas[lab], per_fabric[lab])
     if len(labels) >= 2:
         metrics["comparison"] = comparison(per_fabric, labels[0], labels[1])
     made = plots.all_plots(datas, tables, root / "plots")

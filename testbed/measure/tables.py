@@ -20,6 +20,7 @@ from ..records import read_json, read_jsonl as _jsonl
 # RoCE frame bytes around a packet's payload: Ethernet 14, IPv4 20, UDP 8, BTH 12, ICRC 4;
 # the first packet of a WRITE also carries a RETH (16). An ACK/NAK frame is 62 bytes.
 FRAME_OVERHEAD_BYTES, RETH_BYTES, ACK_FRAME_BYTES = 58, 16, 62
+PROBE_FRAME_MAX_BYTES = 72  # a link probe: 57 + digits(seq) bytes of LLDP (seq < 10**15), rounded up
 PACER_SLACK_S = 1e-3  # the agent's pacer may bank one event-loop tick (1 ms) of line rate
 
 
@@ -42,7 +43,11 @@ def cpu_fractions(rows: list[dict]) -> dict:
         fr = np.diff(v)[ok] / dt[ok] / scale
         total = (v[-1] - v[0]) / (t[-1] - t[0]) / scale
         name = {"machine_busy_s": "machine", "machine_steal_s": "steal"}.get(key, key.replace("_cpu_s", ""))
-        out[name] = {"max": float(np.nanmax(fr)) if fr.size else float(total), "mean": float(total)}
+        # a sample the collector could not read (the process gone, /proc unreadable) is counted: the
+        # CPU rule then voids the repeat instead of comparing NaN, which passes every limit
+        unread = int(np.isnan(v).sum())
+        mx = float(np.nanmax(fr)) if fr.size and not np.isnan(fr).all() else float(total)
+        out[name] = {"max": mx, "mean": float(total), "unreadable_samples": unread}
     return out
 
 
@@ -74,7 +79,9 @@ class FabricData:
         self.queue_rows = [r for r in q if "t_ns" in r]
         self.cpu_rows = _jsonl(raw / "cpu.jsonl")
         self.counters = read_json(raw / "counters.json") if (raw / "counters.json").exists() else {}
-        self.drops = read_json(raw / "drops.json")["delta"] if (raw / "drops.json").exists() else None
+        drops = read_json(raw / "drops.json") if (raw / "drops.json").exists() else None
+        self.drops = drops["delta"] if drops else None  # None: not recorded (the drop rules then void)
+        self.drops_unreadable = drops.get("unreadable", []) if drops else []
         self._port = {p.name: p for p in self.fabric.ports}
 
     @property
@@ -266,12 +273,35 @@ class FabricData:
         df = pd.DataFrame(rows, columns=["port", "predicted_bytes", "measured_bytes"])
         diff = df["measured_bytes"] - df["predicted_bytes"]
         df["error"] = np.where(df["predicted_bytes"] > 0, diff / df["predicted_bytes"].clip(lower=1), np.nan)
+        # the controller's link probes (failure runs) are not replay traffic: up to this many bytes more
+        window_s = float(arr[0][-1] - arr[0][0]) if arr is not None and len(arr[0]) else 0.0
+        df["control_allowance_bytes"] = [self.probe_bytes_bound(p, window_s) for p in ports]
         # beyond one frame: control frames (LLDP, ~70 B each) are not replay traffic, and a
-        # misrouted message moves at least a whole frame
-        excess = (diff.abs() - self.burst_bytes).clip(lower=0)
+        # misrouted message moves at least a whole frame; fewer bytes than the model are never allowed for
+        excess = np.maximum(-diff - self.burst_bytes, diff - self.burst_bytes - df["control_allowance_bytes"]).clip(
+            lower=0)
         df["error_beyond_frame"] = np.where(df["predicted_bytes"] > 0, excess / df["predicted_bytes"].clip(lower=1),
                                             np.nan)
         return df
+
+    def probe_bytes_bound(self, port: str, window_s: float) -> float:
+        """Bytes of the controller's link probes a switch-to-switch egress port can carry in window_s:
+        failure runs probe every cable direction at detect.probe_hz (controllers/zlab_routes.py: one LLDP
+        frame of 57 + digits(seq) bytes each), plus one probe either side of the window; 0 elsewhere."""
+        hz = self.probe_hz
+        p = self._port[port]
+        link = self.fabric.port_link[p.id]
+        if not hz or link < 0 or not all(self.fabric.nodes[self.fabric.ports[int(e)].node].role == "switch"
+                                         for e in self.fabric.link_ends[link]):
+            return 0.0
+        return (hz * window_s + 2) * PROBE_FRAME_MAX_BYTES
+
+    @property
+    def probe_hz(self) -> float:
+        path = self.dir / "failures.json"
+        if not path.exists():
+            return 0.0
+        return float(read_json(path).get("detect", {}).get("probe_hz") or 0.0)
 
     # ---- fidelity -------------------------------------------------------------------
     def cpu_fractions(self) -> dict:

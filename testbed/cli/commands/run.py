@@ -49,6 +49,17 @@ def run(args) -> int:
         exp.scaling_choice = planner.assess(exp, "retry").to_dict()
     else:
         exp = resolved(args.spec, args.set, args.preset, args.budget_s)  # every part checked before bring-up
+    if args.precision is not None:
+        from ...experiment import planner
+
+        if args.retry_invalid:
+            raise UserInputError("--precision sets the number of repeats; --retry-invalid keeps the earlier run's")
+        n, lines = planner.draws_for_precision(exp, args.precision)
+        for line in lines:
+            print(f"[zlab] precision: {line}")
+        print(f"[zlab] precision: repeats={n}")
+        if n != exp.spec["repeats"]:
+            exp = resolved(args.spec, (args.set or []) + [f"repeats={n}"], args.preset, args.budget_s)
     if args.dry_run:
         print_plan(exp)
         return 0
@@ -82,4 +93,7 @@ def register(sub) -> None:
                          "(printed after an invalid run)")
     ru.add_argument("--budget-s", type=float, default=600.0,
                     help="wall-time budget for --preset queue-faithful, seconds (default 600)")
+    ru.add_argument("--precision", type=float, metavar="P",
+                    help="choose the number of repeats (ECMP draws) so the 95 %% interval on the share of draws "
+                         "with an ECMP collision is within ±P (e.g. 0.1), at the routing model's probability")
     ru.set_defaults(func=run)
