@@ -142,6 +142,7 @@ def test_the_report_is_its_sections_in_order(mini):
     heads = [line for line in text.splitlines() if line.startswith("#")]
     assert heads == [
         f"# zlab run `{run['run_id']}`",
+        "## What a draw does (ECMP)",
         "## TTFT, decomposed",
         "## Every repeat",
         "## Fidelity checks (worst repeat)",
