@@ -11,7 +11,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from . import records
-from .runtable import HEADLINE, run_table
+from .runtable import HEADLINE, draws_table, run_table
 
 ZLAB = ".venv/bin/zlab"
 PY = ".venv/bin/python"
@@ -32,6 +32,7 @@ class Figure:
     fmt: str = "text"               # how a measured record's output is shown: text (a code block) or markdown
     run: str | None = None          # a shipped run folder, for run figures
     keys: tuple[str, ...] | None = None
+    table: str = "comparison"        # a run figure's table: comparison (run_table) or draws (what a draw does)
     timeout_s: float = 900
 
     @property
@@ -75,6 +76,12 @@ FIGURES = {f.name: f for f in [
     Figure("default-run", "the default comparison, every headline metric", run="results/reference/default-run"),
     Figure("default-run-headline", "the default comparison, KV completion and TTFT",
            run="results/reference/default-run", keys=HEADLINE),
+    Figure("default-run-draws", "the default comparison: what an ECMP draw does, per fabric",
+           run="results/reference/default-run", table="draws"),
+    Figure("bimodal-run-draws", "the recorded bimodal run (tests/data/bimodal-run): modes and every repeat",
+           (PY, "scripts/docsgen/draws_figures.py", "bimodal"), fmt="markdown"),
+    Figure("precision-draws", "the planner's number of draws for a stated precision on the default spec",
+           (PY, "scripts/docsgen/draws_figures.py", "precision")),
 ]}
 
 
@@ -94,7 +101,8 @@ def render(root: Path, name: str) -> str:
     """The Markdown body of a block; raises KeyError for an unknown name, FileNotFoundError for no record."""
     fig = FIGURES[name]
     if fig.run is not None:
-        return run_table(root / fig.run, fig.keys) + f"\n\n*From the shipped run folder `{fig.run}/`.*"
+        table = draws_table(root / fig.run) if fig.table == "draws" else run_table(root / fig.run, fig.keys)
+        return table + f"\n\n*From the shipped run folder `{fig.run}/`.*"
     rec = records.load(root, name)
     if rec is None:
         raise FileNotFoundError(f"no record for {name}: run scripts/docs_figures.py measure {name}")

@@ -56,3 +56,9 @@ def run_table(root: Path, keys: tuple[str, ...] | None = None) -> str:
                 "repeats [order-statistic interval] (its coverage). What a draw does:"]
         out += [""] + md.draw_section(fabs, labels)[5:]  # the table, without its heading and explanation
     return "\n".join(out)
+
+
+def draws_table(root: Path) -> str:
+    """What a draw does per fabric (the report's section), from a shipped run folder's metrics."""
+    fabs = json.loads((root / "metrics.json").read_text())["fabrics"]
+    return "\n".join(md.draw_section(fabs, list(fabs))[5:])
