@@ -1,4 +1,4 @@
-"""The README's emulated failure comparison: one `zlab run` per scenario (both fabrics, repeated
+"""The emulated failure comparison of docs/failures.md: one `zlab run` per scenario (both fabrics, repeated
 independent draws), then a markdown table of mean ± 95 % CI per figure, in real units.
 
     sudo .venv/bin/python scripts/failures_compare.py [--repeats 3] [--out results/failures-compare]

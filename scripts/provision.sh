@@ -8,7 +8,7 @@
 #   bash scripts/provision.sh --referee  # the core plus the optional ns-3 referee (libns3-dev, .referee/)
 #   bash scripts/provision.sh --services # only (re)start the services (OVS) the lab needs
 #
-# Why each step exists is in the comment above it; see README "Lab platform".
+# Why each step exists is in the comment above it; see docs/getting-started.md.
 set -euo pipefail
 # Root is needed (Mininet, OVS, apt). As a sudo user, re-run through sudo; as root (a fresh Debian
 # machine has no sudo), just run.

@@ -1,5 +1,5 @@
 """Refereed runs -> the scaling planner's evidence (testbed/experiment/scaling_evidence.json) and
-the README's tables. Run `zlab referee RUN --scale both` on each run first.
+docs/referee.md's tables. Run `zlab referee RUN --scale both` on each run first.
 
     .venv/bin/python scripts/referee_evidence.py results/run-A results/run-B [--write]
 

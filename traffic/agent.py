@@ -1,7 +1,7 @@
 """The traffic agent: one process owning every GPU port's packet socket, running all QPs.
 
 Why one process for all hosts: the agents share 2 cores with ovs-vswitchd; one event loop
-avoids a process per host and their context switches (README, "Transport", has the
+avoids a process per host and their context switches (docs/transport.md has the
 measurement). Every completed message becomes one append-only JSON line (flushed), with
 nanosecond CLOCK_MONOTONIC timestamps that every process on the machine shares.
 """

@@ -1,6 +1,6 @@
 """KV-cache bytes per token from a model's shape, and a prefill/decode time model.
 
-Presets come from public model configs (sizes in ../README, "Workload"). The time model's
+Presets come from public model configs (sizes in docs/experiments.md, "Workload"). The time model's
 parameters are explicit and overridable: they are assumptions, not measurements.
 """
 

@@ -4,7 +4,7 @@ chain of 2 or 3 OVS bridges, 1 KB and 4 KB frames, per datapath option, with htb
 queue sampling on, CPU per daemon — and whether each option still honours the shaper.
 
 Why: how faithfully zlab can emulate is bounded by the frames per core-second the datapath
-forwards (README "Scaling planner"); an option that forwards faster but lets frames bypass the
+forwards (docs/experiments.md "Scaling planner"); an option that forwards faster but lets frames bypass the
 egress qdisc would make queues and rates fiction, so the shaping check is part of the result.
 
 Options: `system` (today's ports: the userspace datapath receives and sends through AF_PACKET),

@@ -1,7 +1,7 @@
 """How many frames per second this machine's datapath forwards: the C of the scaling planner.
 
 Why measured, not assumed: the smallest dilation a queue-faithful run needs is inversely
-proportional to it (README "Scaling planner"), and it differs by datapath and machine. The default
+proportional to it (docs/experiments.md "Scaling planner"), and it differs by datapath and machine. The default
 fabric (ZCube(4,2): every GPU-to-GPU frame crosses two switches) is brought up with fast links,
 the agent pushes 4 KB RoCE frames on several QPs at once, and the switch forwards achieved are
 divided by the CPU seconds ovs-vswitchd spent: forwards per core-second. The agent's frame

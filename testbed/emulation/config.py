@@ -32,7 +32,7 @@ class EmulationConfig:
     datapath: str = "auto"  # auto | netdev (userspace) | system (kernel)
     # token-bucket depth of every shaper: the largest frame the run sends (0 = one link-MTU
     # frame). One frame, not more: a deeper bucket lets traffic pass unshaped, and transfers
-    # then finish faster than their size allows (README "Exact shaping").
+    # then finish faster than their size allows (docs/experiments.md "Scaling, shaping and repeats").
     burst_bytes: int = 0
 
     def validate(self, fabric) -> None:

@@ -1,7 +1,7 @@
 """The scaling planner: rate scale, size scale and dilation from what the machine can forward
 and the smallest real queue quantity the run must represent.
 
-Why (../README "Scaling planner"; the arithmetic is the design note's):
+Why (docs/experiments.md "Scaling planner"; the arithmetic is the design note's):
   * one emulated frame of F bytes stands for F / size_scale real bytes, so a real queue
     quantity Q (an XOFF, an ECN threshold) is representable only if Q x size_scale >= k x F;
   * every loaded port may send at line rate, so the peak switch-forward rate the workload can
@@ -70,7 +70,7 @@ def capacity() -> tuple[float, bool]:
 class Curve:
     """This machine's capacity record, read once: (switch forwards per ovs core-second, agent
     frames per agent core-second) at a per-link rate. Why per rate: ovs-vswitchd's cost per frame
-    is ~3x higher on 33 Mb/s links than on 300 Mb/s ones (README "Scaling planner")."""
+    is ~3x higher on 33 Mb/s links than on 300 Mb/s ones (docs/experiments.md "Scaling planner")."""
 
     rates: tuple  # log(link rate), ascending; empty: flat figures only
     forwards: tuple

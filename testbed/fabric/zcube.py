@@ -4,7 +4,7 @@ GPU g's `cons` port goes to A[g // n] (consecutive servers, ToR-like); its `rail
 B[g % m] (same index, rail-like), with m = gpus / n switches per group (m = n when square).
 Every A has `links_per_pair` links to every B. Everything ZCube-specific lives here: the
 generator, the per-port address rule, the forwarding tables, the count identities, the unique
-two-switch path check and the drawing hints (README "Fabric models").
+two-switch path check and the drawing hints (docs/fabrics.md).
 """
 
 from __future__ import annotations

@@ -205,7 +205,7 @@ def ttft_decomposed(fabs: dict) -> list[str]:
     labels = list(fabs)
     L = ["## TTFT, decomposed", "",
          "TTFT = prefill queue wait + prefill compute + KV transfer + first decode step. Only the KV transfer is "
-         "measured; the rest is the workload model's (README: these time parameters are assumptions). "
+         "measured; the rest is the workload model's (docs/experiments.md, 'Workload': these time parameters are assumptions). "
          "Medians and p99 (real ms), mean over repeats:", "",
          "| component | how it is obtained | " + " | ".join(f"{lab} p50 | {lab} p99" for lab in labels) + " |",
          "|---|---|" + "---|---|" * len(labels)]

@@ -103,7 +103,7 @@ def register(sub) -> None:
     up.add_argument("--results", default="results", help="where the run folder goes (default ./results)")
     up.add_argument("--controller", choices=("os-ken", "ryu"), default="os-ken",
                     help="framework running the zlab app: os-ken (default, the maintained fork) or ryu (real Ryu 4.34 "
-                         "from .venv-ryu, through a one-line eventlet shim; README 'Controller frameworks')")
+                         "from .venv-ryu, through a one-line eventlet shim; docs/emulation.md 'Controller frameworks')")
     up.add_argument("-d", "--detach", action="store_true",
                     help="bring it up in the background and return once it is ready (then: zlab inspect, zlab destroy)")
     up.add_argument("--run-id", help=argparse.SUPPRESS)  # zlab up -d names its child's run
