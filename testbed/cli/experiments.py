@@ -113,11 +113,26 @@ def print_summary(root, metrics) -> None:
     print_table(rows, [("fabric", "fabric", None), ("n", "repeats", None), ("kv50", "KV p50 ms", None),
                        ("kv99", "KV p99 ms", None), ("q", "max queueing µs", None), ("util", "max offered util", None),
                        ("verdict", "fidelity", None)])
+    for lab, f in metrics.get("fabrics", {}).items():
+        print_draws(lab, f["summary"].get("draws"))
     c = metrics.get("comparison")
     if c:
         k = c["kv_p99_real_s"]
         print(f"[zlab] {c['a']}/{c['b']} KV p99 ratio {_ci_ms(k['ratio'], 1)}; {c['a']} better in {k['a_better']} of {k['n']}")
     print(f"[zlab] report: {root}/report.md  (real-cluster ms and µs, mean ± 95 % CI over repeats)")
+
+
+def print_draws(label: str, d: dict | None) -> None:
+    """A fabric whose draws fall into two modes: the mean ± CI above mixes them, so say how often
+    each occurs and what each gives (the report's "What a draw does" has the intervals)."""
+    if not d or not d.get("bimodal"):
+        return
+    lo, hi = d["interval"]
+    modes = ", ".join(f"{mode} {len(v['repeats'])} draw(s) KV p50 median {1e3 * v['kv_p50_real_s']['median']:.2f} ms"
+                      for mode, v in d["modes"].items() if v["kv_p50_real_s"]["median"] is not None)
+    print(f"[zlab] {label}: bimodal draws, {d['collisions']} of {d['draws']} with an ECMP collision "
+          f"({100 * d['share']:.0f} %, 95 % interval {100 * lo:.0f}–{100 * hi:.0f} %): {modes}; "
+          "its mean ± CI mixes the two modes (report: \"What a draw does\")")
 
 
 def compare_roots(roots, as_json=False) -> int:
