@@ -30,6 +30,7 @@ class Figure:
     what: str
     argv: tuple[str, ...] = ()      # the producing command of a record figure
     root: bool = False              # needs root: measured under flock /tmp/zlab-heavy.lock
+    heavy: bool = False             # no root, but minutes of CPU: measured under the same lock
     fmt: str = "text"               # how a measured record's output is shown: text (a code block) or markdown
     run: str | None = None          # a shipped run folder, for run figures
     keys: tuple[str, ...] | None = None
@@ -86,6 +87,10 @@ FIGURES = {f.name: f for f in [
            table="referee-same"),
     Figure("referee-real", "the referee's reference runs at real scale", run="results/reference/referee",
            table="referee-real"),
+    Figure("dev-check-time", "the fast loop's wall time, steps and tests", (PY, "scripts/docsgen/timing.py", "check"),
+           heavy=True),
+    Figure("dev-unit-time", "the whole unit tier's wall time, serially", (PY, "scripts/docsgen/timing.py", "unit"),
+           heavy=True, timeout_s=1800),
     Figure("default-run", "the default comparison, every headline metric", run="results/reference/default-run"),
     Figure("default-run-headline", "the default comparison, KV completion and TTFT",
            run="results/reference/default-run", keys=HEADLINE),
