@@ -91,6 +91,8 @@ FIGURES = {f.name: f for f in [
            heavy=True),
     Figure("dev-unit-time", "the whole unit tier's wall time, serially", (PY, "scripts/docsgen/timing.py", "unit"),
            heavy=True, timeout_s=1800),
+    Figure("longest-functions", "the ten longest functions of testbed, controllers and traffic",
+           (PY, "scripts/dev/longest_functions.py", "--top", "10")),
     Figure("default-run", "the default comparison, every headline metric", run="results/reference/default-run"),
     Figure("default-run-headline", "the default comparison, KV completion and TTFT",
            run="results/reference/default-run", keys=HEADLINE),
