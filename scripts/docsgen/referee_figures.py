@@ -43,34 +43,45 @@ def verdict(ok: bool) -> str:
 
 def oracles() -> None:
     ok, broken = zlab_json("referee", "--oracles"), zlab_json("referee", "--oracles", "--debug-no-pacing")
-    print("| oracle | ns-3 links | expected (closed form) | ns-3 measured | tolerance | verdict "
-          "| pacer removed (`--debug-no-pacing`) |")
+    print(
+        "| oracle | ns-3 links | expected (closed form) | ns-3 measured | tolerance | verdict "
+        "| pacer removed (`--debug-no-pacing`) |"
+    )
     print("|---|---|---|---|---|---|---|")
     for tail in ("", "_bucket"):
         d, m, f = ok["dd1" + tail], ok["md1" + tail], ok["fair_share" + tail]
         bd, bm, bf = broken["dd1" + tail], broken["md1" + tail], broken["fair_share" + tail]
         links = d["link_model"]
-        print(f"| D/D/1: {d['messages']} messages at rho {d['rho']} | {links} | every wait {d['expected_wait_us']:g} µs "
-              f"| max wait {d['max_abs_wait_us']:.3g} µs | {d['tolerance_us']:g} µs | {verdict(d['ok'])} "
-              f"| max wait {bd['max_abs_wait_us']:.3g} µs, {bd['nic_drops']} NIC drops: {verdict(bd['ok'])} |")
-        print(f"| M/D/1 mean wait: {m['messages']} Poisson messages at rho {m['rho']}, seed {m['seed']} | {links} "
-              f"| Pollaczek–Khinchine {m['pollaczek_khinchine_us'] / 1e3:.4g} ms | {m['mean_wait_us'] / 1e3:.4g} ms "
-              f"({pct(m['mean_gap'])}) | {100 * m['tolerance']['mean']:.0f} % | {verdict(m['ok'])} "
-              f"| {bm['mean_wait_us'] / 1e3:.3g} ms: {verdict(bm['ok'])} |")
-        print(f"| M/D/1 p99 wait | {links} | Erlang's exact distribution {m['exact_p99_us'] / 1e3:.4g} ms "
-              f"| {m['p99_wait_us'] / 1e3:.4g} ms ({pct(m['p99_gap'])}) | {100 * m['tolerance']['p99']:.0f} % "
-              f"| {verdict(m['ok'])} | {bm['p99_wait_us'] / 1e3:.3g} ms |")
-        print(f"| M/D/1 each message's wait | {links} | Lindley's recursion on the same releases "
-              f"| off by at most {m['max_off_lindley_us']:.2g} µs | {m['tolerance']['lindley_us']:g} µs "
-              f"| {verdict(m['ok'])} | off by {bm['max_off_lindley_us']:.3g} µs |")
+        print(
+            f"| D/D/1: {d['messages']} messages at rho {d['rho']} | {links} | every wait {d['expected_wait_us']:g} µs "
+            f"| max wait {d['max_abs_wait_us']:.3g} µs | {d['tolerance_us']:g} µs | {verdict(d['ok'])} "
+            f"| max wait {bd['max_abs_wait_us']:.3g} µs, {bd['nic_drops']} NIC drops: {verdict(bd['ok'])} |"
+        )
+        print(
+            f"| M/D/1 mean wait: {m['messages']} Poisson messages at rho {m['rho']}, seed {m['seed']} | {links} "
+            f"| Pollaczek–Khinchine {m['pollaczek_khinchine_us'] / 1e3:.4g} ms | {m['mean_wait_us'] / 1e3:.4g} ms "
+            f"({pct(m['mean_gap'])}) | {100 * m['tolerance']['mean']:.0f} % | {verdict(m['ok'])} "
+            f"| {bm['mean_wait_us'] / 1e3:.3g} ms: {verdict(bm['ok'])} |"
+        )
+        print(
+            f"| M/D/1 p99 wait | {links} | Erlang's exact distribution {m['exact_p99_us'] / 1e3:.4g} ms "
+            f"| {m['p99_wait_us'] / 1e3:.4g} ms ({pct(m['p99_gap'])}) | {100 * m['tolerance']['p99']:.0f} % "
+            f"| {verdict(m['ok'])} | {bm['p99_wait_us'] / 1e3:.3g} ms |"
+        )
+        print(
+            f"| M/D/1 each message's wait | {links} | Lindley's recursion on the same releases "
+            f"| off by at most {m['max_off_lindley_us']:.2g} µs | {m['tolerance']['lindley_us']:g} µs "
+            f"| {verdict(m['ok'])} | off by {bm['max_off_lindley_us']:.3g} µs |"
+        )
         sizes = "/".join(map(str, f["sizes_frames"]))
-        print(f"| fair share: {f['flows']} senders of {sizes} frames into one port | {links} "
-              f"| processor sharing {'/'.join(f'{x / 1e6:.2f}' for x in f['processor_sharing_us'])} s "
-              f"| {'/'.join(f'{x / 1e6:.2f}' for x in f['completion_us'])} s (at most {pct(f['max_gap'])} off) "
-              f"| {100 * f['tolerance']:.0f} % | {verdict(f['ok'])} "
-              f"| at most {100 * bf['max_gap']:.0f} % off, {bf['nic_drops']} NIC drops: {verdict(bf['ok'])} |")
-    print(f"\nAll oracles: {verdict(ok['ok'])}; with the pacer removed: {verdict(broken['ok'])} "
-          "(must be FAIL).")
+        print(
+            f"| fair share: {f['flows']} senders of {sizes} frames into one port | {links} "
+            f"| processor sharing {'/'.join(f'{x / 1e6:.2f}' for x in f['processor_sharing_us'])} s "
+            f"| {'/'.join(f'{x / 1e6:.2f}' for x in f['completion_us'])} s (at most {pct(f['max_gap'])} off) "
+            f"| {100 * f['tolerance']:.0f} % | {verdict(f['ok'])} "
+            f"| at most {100 * bf['max_gap']:.0f} % off, {bf['nic_drops']} NIC drops: {verdict(bf['ok'])} |"
+        )
+    print(f"\nAll oracles: {verdict(ok['ok'])}; with the pacer removed: {verdict(broken['ok'])} (must be FAIL).")
 
 
 def mini_copy(tmp: str) -> str:
@@ -80,8 +91,10 @@ def mini_copy(tmp: str) -> str:
 
 
 def link_model() -> None:
-    print("| ns-3 links | fabric | KV p50 gap | KV p99 gap | per message, emulation less ns-3 (median, 5–95 %) "
-          "| messages within one frame | ZCube/ROFT p99 ratio gap | raw verdict |")
+    print(
+        "| ns-3 links | fabric | KV p50 gap | KV p99 gap | per message, emulation less ns-3 (median, 5–95 %) "
+        "| messages within one frame | ZCube/ROFT p99 ratio gap | raw verdict |"
+    )
     print("|---|---|---|---|---|---|---|---|")
     with tempfile.TemporaryDirectory() as tmp:
         run = mini_copy(tmp)
@@ -90,25 +103,33 @@ def link_model() -> None:
             for i, (label, f) in enumerate(s["fabrics"].items()):
                 o = f["msg_offset_frames"]
                 first = i == 0
-                print(f"| {model if first else ''} | {NAMES.get(label, label)} | {pct(f['kv_p50']['gap'])} "
-                      f"| {pct(f['kv_p99']['gap'])} | {o['median']:+.2f} frames ({o['p5']:+.2f} to {o['p95']:+.2f}) "
-                      f"| {100 * o['within_one_frame']:.0f} % of {o['messages']} "
-                      f"| {pct(s['kv_p99_ratio']['gap']) if first else ''} "
-                      f"| {('agree' if s['verdict']['agree'] else 'DISAGREE') if first else ''} |")
+                print(
+                    f"| {model if first else ''} | {NAMES.get(label, label)} | {pct(f['kv_p50']['gap'])} "
+                    f"| {pct(f['kv_p99']['gap'])} | {o['median']:+.2f} frames ({o['p5']:+.2f} to {o['p95']:+.2f}) "
+                    f"| {100 * o['within_one_frame']:.0f} % of {o['messages']} "
+                    f"| {pct(s['kv_p99_ratio']['gap']) if first else ''} "
+                    f"| {('agree' if s['verdict']['agree'] else 'DISAGREE') if first else ''} |"
+                )
 
 
 def baseline() -> None:
     with tempfile.TemporaryDirectory() as tmp:
         res = zlab_json("referee", mini_copy(tmp), "--baseline")
-    print("| fabric | repeat | data-carrying ports | bytes, TCP vs zlab, worst port | KV p50 zlab / TCP | "
-          "KV p99 zlab / TCP | TCP messages incomplete |")
+    print(
+        "| fabric | repeat | data-carrying ports | bytes, TCP vs zlab, worst port | KV p50 zlab / TCP | "
+        "KV p99 zlab / TCP | TCP messages incomplete |"
+    )
     print("|---|---|---|---|---|---|---|")
     for r in res["repeats"]:
-        print(f"| {NAMES.get(r['label'], r['label'])} | {r['repeat']} | {r['data_ports']} "
-              f"| {pct(r['data_bytes_max_error'] or 0)} | {r['kv_p50_s']['zlab']:.4f} / {r['kv_p50_s']['tcp']:.4f} s "
-              f"| {r['kv_p99_s']['zlab']:.4f} / {r['kv_p99_s']['tcp']:.4f} s | {r['tcp_incomplete']} |")
-    print(f"\nSame bytes per data-carrying port within {100 * res['bytes_band']:.0f} %: "
-          f"{'yes' if res['same_bytes'] else 'NO'}.")
+        print(
+            f"| {NAMES.get(r['label'], r['label'])} | {r['repeat']} | {r['data_ports']} "
+            f"| {pct(r['data_bytes_max_error'] or 0)} | {r['kv_p50_s']['zlab']:.4f} / {r['kv_p50_s']['tcp']:.4f} s "
+            f"| {r['kv_p99_s']['zlab']:.4f} / {r['kv_p99_s']['tcp']:.4f} s | {r['tcp_incomplete']} |"
+        )
+    print(
+        f"\nSame bytes per data-carrying port within {100 * res['bytes_band']:.0f} %: "
+        f"{'yes' if res['same_bytes'] else 'NO'}."
+    )
 
 
 def routing_rows() -> None:
@@ -125,17 +146,23 @@ def routing_rows() -> None:
         share = "no ECMP" if not r["ecmp_checks"] else pct(r["max_share_deviation"])
         least = "—" if not r["ecmp_checks"] else f"{r['min_member_share']:.2f}"
         starved = f" ({r['starved']} arrivals starved)" if r["starved"] else ""
-        print(f"| {what} | {r['routed']} ({r['unrouted']} not served) | {r['unique_pairs']} | {share} "
-              f"| {least}{starved} | {len(r['misdelivered']) + len(r['not_shortest'])} | {verdict(r['ok'])} |")
+        print(
+            f"| {what} | {r['routed']} ({r['unrouted']} not served) | {r['unique_pairs']} | {share} "
+            f"| {least}{starved} | {len(r['misdelivered']) + len(r['not_shortest'])} | {verdict(r['ok'])} |"
+        )
 
-    print("| flows.json | pairs routed | unique shortest paths followed | worst switch share off uniform "
-          "| least-served member (of its fair share) | misdelivered or not shortest (first 5) | verdict |")
+    print(
+        "| flows.json | pairs routed | unique shortest paths followed | worst switch share off uniform "
+        "| least-served member (of its fair share) | misdelivered or not shortest (first 5) | verdict |"
+    )
     print("|---|---|---|---|---|---|---|")
     for label, r in routing.check_run(MINI).items():
         row(f"mini-run {NAMES.get(label, label)}", r)
     with tempfile.TemporaryDirectory() as tmp:
-        for spec, sources in (("roft:gpus=64,tiers=3,gpus_per_server=8,radix=8", None),
-                              ("roft:gpus=256,tiers=3,gpus_per_server=8,radix=16", 4)):
+        for spec, sources in (
+            ("roft:gpus=64,tiers=3,gpus_per_server=8,radix=8", None),
+            ("roft:gpus=256,tiers=3,gpus_per_server=8,radix=16", 4),
+        ):
             fab = build_fabric(spec)
             d = Path(tmp)
             (d / "fabric.json").write_text(fab.to_json())

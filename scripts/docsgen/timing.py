@@ -16,8 +16,10 @@ import time
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[2]
-TIERS = {"check": ["bash", "scripts/check.sh"],
-         "unit": [".venv/bin/python", "-m", "pytest", "-q", "-p", "no:cacheprovider", "tests/unit"]}
+TIERS = {
+    "check": ["bash", "scripts/check.sh"],
+    "unit": [".venv/bin/python", "-m", "pytest", "-q", "-p", "no:cacheprovider", "tests/unit"],
+}
 SUMMARY = re.compile(r"^(\d+ \w+.*) in [\d.]+s")
 
 
