@@ -6,7 +6,7 @@
     .venv/bin/python scripts/docs_figures.py measure NAME   # run NAME's producer and store its record
 
 A block is `<!-- figure:NAME -->` ... `<!-- /figure -->`; figures are declared in scripts/docsgen/figures.py.
-Root producers run under `flock /tmp/zlab-heavy.lock` (and sudo when not root).
+Root and heavy producers run under `flock /tmp/zlab-heavy.lock` (root ones with sudo when not root).
 """
 
 from __future__ import annotations
@@ -81,7 +81,7 @@ def main(argv: list[str]) -> int:
             state = (f"run folder {f.run}" if f.run else "no record" if rec is None
                      else f"transcribed from {rec['transcribed_from']}" if rec.get("transcribed_from")
                      else f"measured {rec['date'][:10]}")
-            print(f"{f.name:<22} {state:<40} {('root: ' if f.root else '') + (f.command or '-')}")
+            print(f"{f.name:<22} {state:<40} {('root: ' if f.root else 'heavy: ' if f.heavy else '') + (f.command or '-')}")
         return 0
     fig = FIGURES.get(argv[1])
     if fig is None or not fig.argv:
@@ -92,7 +92,7 @@ def main(argv: list[str]) -> int:
     if fig.root and os.geteuid() != 0:
         cmd = ["sudo", *cmd]
     try:
-        rec = records.measure(ROOT, fig.name, cmd, fig.timeout_s, lock=HEAVY_LOCK if fig.root else None)
+        rec = records.measure(ROOT, fig.name, cmd, fig.timeout_s, lock=HEAVY_LOCK if fig.root or fig.heavy else None)
     except (RuntimeError, subprocess.TimeoutExpired) as e:
         print(f"{fig.name} not measured, its record is unchanged: {e}", file=sys.stderr)
         return 1

@@ -11,6 +11,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from . import records
+from .referee_tables import TABLES
 from .runtable import HEADLINE, draws_table, run_table
 
 ZLAB = ".venv/bin/zlab"
@@ -29,10 +30,11 @@ class Figure:
     what: str
     argv: tuple[str, ...] = ()      # the producing command of a record figure
     root: bool = False              # needs root: measured under flock /tmp/zlab-heavy.lock
+    heavy: bool = False             # no root, but minutes of CPU: measured under the same lock
     fmt: str = "text"               # how a measured record's output is shown: text (a code block) or markdown
     run: str | None = None          # a shipped run folder, for run figures
     keys: tuple[str, ...] | None = None
-    table: str = "comparison"        # a run figure's table: comparison (run_table) or draws (what a draw does)
+    table: str | None = None        # a run figure drawn by "draws" (what a draw does) or referee_tables.TABLES[table]
     timeout_s: float = 900
 
     @property
@@ -73,6 +75,24 @@ FIGURES = {f.name: f for f in [
            timeout_s=1800),
     Figure("failures-compare", "injected failures: detection, install and recovery per fabric",
            (PY, "scripts/failures_compare.py"), root=True, timeout_s=7200),
+    Figure("referee-oracles", "the queueing oracles in ns-3, both link models, with and without the NIC pacer",
+           (PY, "scripts/docsgen/referee_figures.py", "oracles"), fmt="markdown"),
+    Figure("referee-link-model", "the mini-run refereed with ns-3's serialising links and with the bucket",
+           (PY, "scripts/docsgen/referee_figures.py", "link-model"), fmt="markdown"),
+    Figure("referee-baseline", "ns-3's TCP beside zlab's transport on the mini-run",
+           (PY, "scripts/docsgen/referee_figures.py", "baseline"), fmt="markdown"),
+    Figure("referee-routing", "the routing oracle on shipped, three-tier, old-hash and shuffled tables",
+           (PY, "scripts/docsgen/referee_figures.py", "routing"), fmt="markdown"),
+    Figure("referee-same", "the referee's reference runs at the emulation's scale", run="results/reference/referee",
+           table="referee-same"),
+    Figure("referee-real", "the referee's reference runs at real scale", run="results/reference/referee",
+           table="referee-real"),
+    Figure("dev-check-time", "the fast loop's wall time, steps and tests", (PY, "scripts/docsgen/timing.py", "check"),
+           heavy=True),
+    Figure("dev-unit-time", "the whole unit tier's wall time, serially", (PY, "scripts/docsgen/timing.py", "unit"),
+           heavy=True, timeout_s=1800),
+    Figure("longest-functions", "the ten longest functions of testbed, controllers and traffic",
+           (PY, "scripts/dev/longest_functions.py", "--top", "10")),
     Figure("default-run", "the default comparison, every headline metric", run="results/reference/default-run"),
     Figure("default-run-headline", "the default comparison, KV completion and TTFT",
            run="results/reference/default-run", keys=HEADLINE),
@@ -100,9 +120,12 @@ def provenance(fig: Figure, rec: dict) -> str:
 def render(root: Path, name: str) -> str:
     """The Markdown body of a block; raises KeyError for an unknown name, FileNotFoundError for no record."""
     fig = FIGURES[name]
+    if fig.table == "draws":
+        return draws_table(root / fig.run) + f"\n\n*From the shipped run folder `{fig.run}/`.*"
+    if fig.table is not None:
+        return TABLES[fig.table](root / fig.run) + f"\n\n*From the shipped summaries under `{fig.run}/`.*"
     if fig.run is not None:
-        table = draws_table(root / fig.run) if fig.table == "draws" else run_table(root / fig.run, fig.keys)
-        return table + f"\n\n*From the shipped run folder `{fig.run}/`.*"
+        return run_table(root / fig.run, fig.keys) + f"\n\n*From the shipped run folder `{fig.run}/`.*"
     rec = records.load(root, name)
     if rec is None:
         raise FileNotFoundError(f"no record for {name}: run scripts/docs_figures.py measure {name}")
