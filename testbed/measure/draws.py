@@ -100,8 +100,8 @@ def concurrent_pairs(messages: list[dict], rate_bps: dict[str, float]) -> tuple[
         spans.append((start, end, index[(m["src_port"], m["dst_port"])]))
     spans.sort()
     edges = set()
-    for i, (s0, e0, a) in enumerate(spans):
-        for s1, e1, b in spans[i + 1:]:
+    for i, (_s0, e0, a) in enumerate(spans):
+        for s1, _e1, b in spans[i + 1:]:
             if s1 >= e0:
                 break
             if pairs[a][0] != pairs[b][0]:

@@ -241,8 +241,10 @@ def test_invalid_repeats_are_left_out_and_named(tmp_path, capsys):
     import json
 
     run = _mini_copy(tmp_path)
-    reps = lambda label, bad: [{"repeat": r, "fidelity": {"valid": r != bad, "reasons": ["steal 64 %"] if r == bad else []}}
-                               for r in range(2)]  # noqa: E731
+    def reps(label, bad):
+        return [{"repeat": r, "fidelity": {"valid": r != bad, "reasons": ["steal 64 %"] if r == bad else []}}
+                for r in range(2)]
+
     (run / "metrics.json").write_text(json.dumps({"fabrics": {"zcube": {"repeats": reps("zcube", 1)},
                                                               "roft": {"repeats": reps("roft", None)}}}))
     code = zlab(["referee", str(run), "--scale", "same"])
