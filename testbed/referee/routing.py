@@ -209,79 +209,97 @@ def check(fabric_json: Path, flows_json: Path, pairs: list[tuple[str, str]] | No
         [(a, b) for a in nics for b in nics if g.port_node[a] != g.port_node[b]]
     rep = Report(required=pairs is not None)
     agg: dict[tuple[int, int], np.ndarray] = {}  # (switch, destination) -> source ports per member, all sources
-    n_switches = sum(g.is_switch.values())
     for src, dst in todo:
         rep.pairs += 1
-        name = (g.port_name[src], g.port_name[dst])
-        first, last = g.port_node[g.peer[src]], g.port_node[g.peer[dst]]
-        dst_ip = g.port_ip[dst]
-        paths: dict[tuple[int, ...], int] = defaultdict(int)
-        stuck = False
-        # (switch, egress ports so far, indices into SPORTS that took this way)
-        stack = [(first, (), np.arange(SPORTS.size))]
-        while stack:
-            node, acc, idx = stack.pop()
-            if node not in tables or len(acc) > n_switches:
-                rep.misdelivered.append((*name, g.node_name[node]))
-                stuck = True
-                break
-            every = tables[node].out_ports(dst_ip)
-            outs = every[idx]
-            if (outs < 0).any():
-                # no entry at the first switch: the fabric does not serve this pair (ZCube routes cons
-                # ports to rail addresses only); a route that started and then dead-ends is a misroute
-                if acc:
-                    rep.misdelivered.append((*name, f"dead end at {g.node_name[node]}"))
-                else:
-                    rep.unrouted.append(name)
-                stuck = True
-                break
-            group = tables[node].group(dst_ip)  # every member the switch's entries offer this destination
-            counts = np.array([np.count_nonzero(outs == m) for m in group]) if len(group) > 1 else np.array([idx.size])
-            members = group[counts > 0]
-            if len(group) > 1:
-                key = (node, dst_ip)
-                agg.setdefault(key, np.zeros(len(group), dtype=np.int64))
-                agg[key] += counts
-                if idx.size >= MIN_ARRIVALS:
-                    floor = float(counts.min() / idx.size * len(group))
-                    rep.ecmp_checks += 1
-                    if floor < rep.min_member_share:
-                        rep.min_member_share = floor
-                        rep.most_starved = (*name, g.node_name[node], [round(float(c / idx.size), 3) for c in counts])
-                    rep.starved += floor < STARVE_FLOOR
-            for m in members:
-                port = g.by_number.get((node, int(m)))
-                if port is None or port not in g.peer:
-                    rep.misdelivered.append((*name, f"{g.node_name[node]} port {int(m)}"))
-                    stuck = True
-                    break
-                nxt_port = g.peer[port]
-                nxt = g.port_node[nxt_port]
-                sel = idx[outs == m]
-                if g.is_switch[nxt]:
-                    stack.append((nxt, acc + (port,), sel))
-                elif nxt_port == dst:
-                    paths[acc] += sel.size
-                else:
-                    rep.misdelivered.append((*name, f"delivered to {g.port_name[nxt_port]}"))
-                    stuck = True
-                    break
-            if stuck:
-                break
-        if stuck:
-            continue
-        rep.routed += 1
-        shortest = g.shortest_paths(first, last)
-        want = len(shortest[0]) if shortest else None
-        for p in paths:
-            if want is None or len(p) != want:
-                rep.not_shortest.append((*name, len(p) + 1, None if want is None else want + 1))
-                break
-        if len(shortest) == 1:
-            rep.unique_pairs += 1
-            if set(paths) != {shortest[0]}:
-                rep.not_the_unique_path.append(name)
+        paths = _walk(g, tables, src, dst, rep, agg)
+        if paths is not None:
+            rep.routed += 1
+            _judge_paths(g, rep, src, dst, paths)
+    _judge_switch_shares(g, rep, agg)
+    return rep
+
+
+def _walk(g: Graph, tables: dict, src: int, dst: int, rep: Report, agg: dict) -> dict | None:
+    """Follow every source port of one pair through the entries, switch by switch; returns the
+    paths taken (egress ports -> source ports on it), or None when a walk misroutes or the pair is
+    not served (recorded in `rep`). ECMP shares are accounted on the way."""
+    name = (g.port_name[src], g.port_name[dst])
+    first = g.port_node[g.peer[src]]
+    dst_ip = g.port_ip[dst]
+    n_switches = sum(g.is_switch.values())
+    paths: dict[tuple[int, ...], int] = defaultdict(int)
+    # (switch, egress ports so far, indices into SPORTS that took this way)
+    stack = [(first, (), np.arange(SPORTS.size))]
+    while stack:
+        node, acc, idx = stack.pop()
+        if node not in tables or len(acc) > n_switches:
+            rep.misdelivered.append((*name, g.node_name[node]))
+            return None
+        outs = tables[node].out_ports(dst_ip)[idx]
+        if (outs < 0).any():
+            # no entry at the first switch: the fabric does not serve this pair (ZCube routes cons
+            # ports to rail addresses only); a route that started and then dead-ends is a misroute
+            if acc:
+                rep.misdelivered.append((*name, f"dead end at {g.node_name[node]}"))
+            else:
+                rep.unrouted.append(name)
+            return None
+        group = tables[node].group(dst_ip)  # every member the switch's entries offer this destination
+        counts = np.array([np.count_nonzero(outs == m) for m in group]) if len(group) > 1 else np.array([idx.size])
+        if len(group) > 1:
+            _account_ecmp(g, rep, agg, name, node, dst_ip, counts, idx.size)
+        for m in group[counts > 0]:
+            port = g.by_number.get((node, int(m)))
+            if port is None or port not in g.peer:
+                rep.misdelivered.append((*name, f"{g.node_name[node]} port {int(m)}"))
+                return None
+            nxt_port = g.peer[port]
+            nxt = g.port_node[nxt_port]
+            sel = idx[outs == m]
+            if g.is_switch[nxt]:
+                stack.append((nxt, acc + (port,), sel))
+            elif nxt_port == dst:
+                paths[acc] += sel.size
+            else:
+                rep.misdelivered.append((*name, f"delivered to {g.port_name[nxt_port]}"))
+                return None
+    return paths
+
+
+def _account_ecmp(g: Graph, rep: Report, agg: dict, name: tuple, node: int, dst_ip: int, counts: np.ndarray,
+                  arrivals: int) -> None:
+    """One switch's split of one pair's arriving source ports over its ECMP group: summed per
+    (switch, destination) for the share check, and judged per arrival when there are enough."""
+    key = (node, dst_ip)
+    agg.setdefault(key, np.zeros(len(counts), dtype=np.int64))
+    agg[key] += counts
+    if arrivals >= MIN_ARRIVALS:
+        floor = float(counts.min() / arrivals * len(counts))
+        rep.ecmp_checks += 1
+        if floor < rep.min_member_share:
+            rep.min_member_share = floor
+            rep.most_starved = (*name, g.node_name[node], [round(float(c / arrivals), 3) for c in counts])
+        rep.starved += floor < STARVE_FLOOR
+
+
+def _judge_paths(g: Graph, rep: Report, src: int, dst: int, paths: dict) -> None:
+    """Every path a routed pair took must be a shortest one, and the unique one where there is one."""
+    name = (g.port_name[src], g.port_name[dst])
+    shortest = g.shortest_paths(g.port_node[g.peer[src]], g.port_node[g.peer[dst]])
+    want = len(shortest[0]) if shortest else None
+    for p in paths:
+        if want is None or len(p) != want:
+            rep.not_shortest.append((*name, len(p) + 1, None if want is None else want + 1))
+            break
+    if len(shortest) == 1:
+        rep.unique_pairs += 1
+        if set(paths) != {shortest[0]}:
+            rep.not_the_unique_path.append(name)
+
+
+def _judge_switch_shares(g: Graph, rep: Report, agg: dict) -> None:
+    """Each (switch, destination) group's share per member, over every source's arrivals, within
+    SHARE_TOLERANCE of uniform."""
     for (node, _), counts in agg.items():
         if counts.sum() < MIN_ARRIVALS:
             continue
@@ -291,7 +309,6 @@ def check(fabric_json: Path, flows_json: Path, pairs: list[tuple[str, str]] | No
             rep.max_share_deviation, rep.worst_switch = dev, (g.node_name[node], [round(float(c / counts.sum()), 3)
                                                                                   for c in counts])
         rep.share_failures += dev > SHARE_TOLERANCE
-    return rep
 
 
 def scheduled_pairs(fdir: Path) -> list[tuple[str, str]]:
