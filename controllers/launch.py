@@ -22,8 +22,9 @@ def prepare(prog: str, doc: str, argv=None):
     args = ap.parse_args(argv)
     flows = os.path.join(args.run_dir, "flows.json")
     if not os.path.exists(flows):
-        print(f"{prog}: error: {flows} not found (write it with zlab up, or testbed.emulation.runfolder)",
-              file=sys.stderr)
+        print(
+            f"{prog}: error: {flows} not found (write it with zlab up, or testbed.emulation.runfolder)", file=sys.stderr
+        )
         sys.exit(2)
     os.environ["ZLAB_RUN_DIR"] = os.path.abspath(args.run_dir)
     os.environ["ZLAB_STATS_INTERVAL_S"] = str(args.stats_interval)

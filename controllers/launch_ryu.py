@@ -26,8 +26,12 @@ def main(argv=None) -> int:
 
     # by module name, so the app's package-relative imports resolve (the repo root is on sys.path)
     sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
-    sys.argv = ["ryu-manager", f"--ofp-tcp-listen-port={args.port}", "--ofp-listen-host=127.0.0.1",
-                "controllers.zlab_routes"]
+    sys.argv = [
+        "ryu-manager",
+        f"--ofp-tcp-listen-port={args.port}",
+        "--ofp-listen-host=127.0.0.1",
+        "controllers.zlab_routes",
+    ]
     ryu_manager()
     return 0
 

@@ -130,7 +130,7 @@ class ProbeLoss:
         for d, sent in self.sent.items():
             judged = [s for s, t in sent if now_ns - t >= self.timeout_ns]
             got = self.got.get(d, set())
-            recent = judged[-self.window:]
+            recent = judged[-self.window :]
             stats[d] = (sum(1 for s in recent if s not in got), len(recent), judged, got)
         lossy_into: dict = {}
         if receiver is not None:
@@ -149,7 +149,7 @@ class ProbeLoss:
                     self.bad.add(d)
                     out.append((d, True, lost, n))
             else:
-                recent = judged[-3 * self.window:]
+                recent = judged[-3 * self.window :]
                 if len(recent) >= 3 * self.window and all(s in got for s in recent):
                     self.bad.discard(d)
                     out.append((d, False, 0, len(recent)))

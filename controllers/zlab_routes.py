@@ -61,13 +61,28 @@ def entry_mods(dp, delete: list[dict], add: list[dict], backup=None) -> list:
     mods = []
     for e in add:
         b = backup(e) if backup is not None else None
-        act = parser.OFPActionGroup(group_id(e["out_port"], b)) if b is not None else parser.OFPActionOutput(e["out_port"])
+        act = (
+            parser.OFPActionGroup(group_id(e["out_port"], b))
+            if b is not None
+            else parser.OFPActionOutput(e["out_port"])
+        )
         out = [parser.OFPInstructionActions(ofp.OFPIT_APPLY_ACTIONS, [act])]
-        mods.append(parser.OFPFlowMod(dp, cookie=COOKIE, priority=e["priority"], match=entry_match(parser, e),
-                                      instructions=out))
-    return mods + [parser.OFPFlowMod(dp, cookie=COOKIE, cookie_mask=0xFFFFFFFFFFFFFFFF, command=ofp.OFPFC_DELETE_STRICT,
-                                     priority=e["priority"], out_port=ofp.OFPP_ANY, out_group=ofp.OFPG_ANY,
-                                     match=entry_match(parser, e)) for e in delete]
+        mods.append(
+            parser.OFPFlowMod(dp, cookie=COOKIE, priority=e["priority"], match=entry_match(parser, e), instructions=out)
+        )
+    return mods + [
+        parser.OFPFlowMod(
+            dp,
+            cookie=COOKIE,
+            cookie_mask=0xFFFFFFFFFFFFFFFF,
+            command=ofp.OFPFC_DELETE_STRICT,
+            priority=e["priority"],
+            out_port=ofp.OFPP_ANY,
+            out_group=ofp.OFPG_ANY,
+            match=entry_match(parser, e),
+        )
+        for e in delete
+    ]
 
 
 def ff_groups(dp, pairs) -> list:
@@ -76,8 +91,10 @@ def ff_groups(dp, pairs) -> list:
     ofp, parser = dp.ofproto, dp.ofproto_parser
     mods = [parser.OFPGroupMod(dp, ofp.OFPGC_DELETE, ofp.OFPGT_FF, ofp.OFPG_ALL, [])]
     for p, b in sorted(set(pairs)):
-        buckets = [parser.OFPBucket(watch_port=port, watch_group=ofp.OFPG_ANY, actions=[parser.OFPActionOutput(port)])
-                   for port in (p, b)]
+        buckets = [
+            parser.OFPBucket(watch_port=port, watch_group=ofp.OFPG_ANY, actions=[parser.OFPActionOutput(port)])
+            for port in (p, b)
+        ]
         mods.append(parser.OFPGroupMod(dp, ofp.OFPGC_ADD, ofp.OFPGT_FF, group_id(p, b), buckets))
     return mods
 
@@ -85,13 +102,27 @@ def ff_groups(dp, pairs) -> list:
 def build_flow_mods(dp, entries: list[dict], backup=None) -> list:
     """OFPFlowMods for one switch: delete ours, table-miss drop, LLDP punt, then the table."""
     ofp, parser = dp.ofproto, dp.ofproto_parser
-    mods = [parser.OFPFlowMod(dp, command=ofp.OFPFC_DELETE, table_id=ofp.OFPTT_ALL, out_port=ofp.OFPP_ANY,
-                              out_group=ofp.OFPG_ANY, match=parser.OFPMatch())]
+    mods = [
+        parser.OFPFlowMod(
+            dp,
+            command=ofp.OFPFC_DELETE,
+            table_id=ofp.OFPTT_ALL,
+            out_port=ofp.OFPP_ANY,
+            out_group=ofp.OFPG_ANY,
+            match=parser.OFPMatch(),
+        )
+    ]
     mods.append(parser.OFPFlowMod(dp, cookie=COOKIE, priority=0, match=parser.OFPMatch(), instructions=[]))
-    punt = [parser.OFPInstructionActions(ofp.OFPIT_APPLY_ACTIONS,
-                                         [parser.OFPActionOutput(ofp.OFPP_CONTROLLER, ofp.OFPCML_NO_BUFFER)])]
-    mods.append(parser.OFPFlowMod(dp, cookie=COOKIE, priority=PRIORITY_LLDP,
-                                  match=parser.OFPMatch(eth_type=ETH_LLDP), instructions=punt))
+    punt = [
+        parser.OFPInstructionActions(
+            ofp.OFPIT_APPLY_ACTIONS, [parser.OFPActionOutput(ofp.OFPP_CONTROLLER, ofp.OFPCML_NO_BUFFER)]
+        )
+    ]
+    mods.append(
+        parser.OFPFlowMod(
+            dp, cookie=COOKIE, priority=PRIORITY_LLDP, match=parser.OFPMatch(eth_type=ETH_LLDP), instructions=punt
+        )
+    )
     return mods + entry_mods(dp, [], entries, backup)
 
 
@@ -100,9 +131,11 @@ def lldp_frame(dpid: int, port_no: int, seq: int | None = None) -> bytes:
     probe also carries its sequence number (system name 'seq:N') so its loss can be counted."""
     pkt = packet.Packet()
     pkt.add_protocol(ethernet.ethernet(dst=LLDP_DST, src="02:5a:00:00:00:01", ethertype=ETH_LLDP))
-    tlvs = (lldp.ChassisID(subtype=lldp.ChassisID.SUB_LOCALLY_ASSIGNED, chassis_id=f"dpid:{dpid:016x}".encode()),
-            lldp.PortID(subtype=lldp.PortID.SUB_PORT_COMPONENT, port_id=struct.pack("!I", port_no)),
-            lldp.TTL(ttl=120))
+    tlvs = (
+        lldp.ChassisID(subtype=lldp.ChassisID.SUB_LOCALLY_ASSIGNED, chassis_id=f"dpid:{dpid:016x}".encode()),
+        lldp.PortID(subtype=lldp.PortID.SUB_PORT_COMPONENT, port_id=struct.pack("!I", port_no)),
+        lldp.TTL(ttl=120),
+    )
     if seq is not None:
         tlvs += (lldp.SystemName(system_name=f"seq:{seq}".encode()),)
     tlvs += (lldp.End(),)
@@ -114,7 +147,7 @@ def lldp_frame(dpid: int, port_no: int, seq: int | None = None) -> bytes:
 def probe_seq(data: bytes) -> int | None:
     """A link probe's sequence number (None: a discovery frame)."""
     l = packet.Packet(data).get_protocol(lldp.lldp)
-    for t in (l.tlvs if l is not None else []):
+    for t in l.tlvs if l is not None else []:
         if isinstance(t, lldp.SystemName) and t.system_name.startswith(b"seq:"):
             return int(t.system_name[4:])
     return None
@@ -133,7 +166,7 @@ def parse_lldp(data: bytes):
     chassis, port = l.tlvs[0], l.tlvs[1]
     cid = chassis.chassis_id.decode(errors="replace")
     if cid.startswith(HOST_CHASSIS):
-        return "host", cid[len(HOST_CHASSIS):]
+        return "host", cid[len(HOST_CHASSIS) :]
     if not cid.startswith("dpid:") or len(port.port_id) != 4:
         return None
     return int(cid[5:], 16), struct.unpack("!I", port.port_id)[0]
@@ -201,8 +234,15 @@ class ZlabRoutes(BaseApp):
         dp.send_msg(dp.ofproto_parser.OFPBarrierRequest(dp))
         dp.send_msg(dp.ofproto_parser.OFPPortDescStatsRequest(dp, 0))
         self.datapaths[dp.id] = dp
-        self.installed.write({"t_ns": time.time_ns(), "switch": name, "dpid": dp.id, "entries": len(entries) + 2,
-                              "ff_protected": sum(1 for e in entries if backup is not None and backup(e) is not None)})
+        self.installed.write(
+            {
+                "t_ns": time.time_ns(),
+                "switch": name,
+                "dpid": dp.id,
+                "entries": len(entries) + 2,
+                "ff_protected": sum(1 for e in entries if backup is not None and backup(e) is not None),
+            }
+        )
 
     def _backup_of(self, name: str):
         """entry -> its fast-failover backup port while the entry still outputs to its protected
@@ -237,8 +277,16 @@ class ZlabRoutes(BaseApp):
             return
         self.port_down[key] = down
         link = self.plan.port_link.get(key)
-        self.fail_log.write({"t_ns": time.monotonic_ns(), "event": "port_down" if down else "port_up", "switch": name,
-                             "port": desc.port_no, "link": link, "via": via})
+        self.fail_log.write(
+            {
+                "t_ns": time.monotonic_ns(),
+                "event": "port_down" if down else "port_up",
+                "switch": name,
+                "port": desc.port_no,
+                "link": link,
+                "via": via,
+            }
+        )
         self.down_status = {self.plan.port_link[k] for k, d in self.port_down.items() if d and k in self.plan.port_link}
         for d, lk in self.plan.probe_dirs.items():  # probes lost while a port was down say nothing about gray loss
             if lk == link:
@@ -251,8 +299,15 @@ class ZlabRoutes(BaseApp):
         if down == self.detected:
             return
         self.detected = down
-        self.fail_log.write({"t_ns": time.monotonic_ns(), "event": "state", "down_links": sorted(down),
-                             "state": self.plan.state_name(down), "via": via})
+        self.fail_log.write(
+            {
+                "t_ns": time.monotonic_ns(),
+                "event": "state",
+                "down_links": sorted(down),
+                "state": self.plan.state_name(down),
+                "via": via,
+            }
+        )
         if self.plan.mode in ("controller", "fast-failover", "both"):
             self._install(down)
 
@@ -273,14 +328,23 @@ class ZlabRoutes(BaseApp):
             self.barriers[barrier.xid] = name
             dp.send_msg(barrier)
             self.current[name] = list(entries)
-            self.fail_log.write({"t_ns": time.monotonic_ns(), "event": "install", "switch": name,
-                                 "deleted": len(delete), "added": len(add), "down_links": sorted(down)})
+            self.fail_log.write(
+                {
+                    "t_ns": time.monotonic_ns(),
+                    "event": "install",
+                    "switch": name,
+                    "deleted": len(delete),
+                    "added": len(add),
+                    "down_links": sorted(down),
+                }
+            )
 
     @set_ev_cls(ofp_event.EventOFPBarrierReply, MAIN_DISPATCHER)
     def on_barrier(self, ev):
         if self.plan is not None and ev.msg.xid in self.barriers:
-            self.fail_log.write({"t_ns": time.monotonic_ns(), "event": "installed",
-                                 "switch": self.barriers.pop(ev.msg.xid)})
+            self.fail_log.write(
+                {"t_ns": time.monotonic_ns(), "event": "installed", "switch": self.barriers.pop(ev.msg.xid)}
+            )
 
     def _fail_loop(self):
         d = self.plan.detect
@@ -299,9 +363,18 @@ class ZlabRoutes(BaseApp):
             changed = False
             for (name, port), gray, lost, judged in self.probes.update(time.monotonic_ns(), self.plan.probe_receiver):
                 link = self.plan.probe_dirs[(name, port)]
-                self.fail_log.write({"t_ns": time.monotonic_ns(), "event": "gray" if gray else "gray_clear",
-                                     "switch": name, "port": port, "link": link, "lost": lost, "judged": judged,
-                                     "via": "probes"})
+                self.fail_log.write(
+                    {
+                        "t_ns": time.monotonic_ns(),
+                        "event": "gray" if gray else "gray_clear",
+                        "switch": name,
+                        "port": port,
+                        "link": link,
+                        "lost": lost,
+                        "judged": judged,
+                        "via": "probes",
+                    }
+                )
                 changed = True
             if changed:
                 self.down_gray = {self.plan.probe_dirs[d] for d in self.probes.bad}
@@ -316,9 +389,15 @@ class ZlabRoutes(BaseApp):
                 continue
             ofp, parser = dp.ofproto, dp.ofproto_parser
             self.probe_seq += 1
-            dp.send_msg(parser.OFPPacketOut(dp, buffer_id=ofp.OFP_NO_BUFFER, in_port=ofp.OFPP_CONTROLLER,
-                                            actions=[parser.OFPActionOutput(ofp.OFPP_CONTROLLER, ofp.OFPCML_NO_BUFFER)],
-                                            data=lldp_frame(v["dpid"], 0, self.probe_seq)))
+            dp.send_msg(
+                parser.OFPPacketOut(
+                    dp,
+                    buffer_id=ofp.OFP_NO_BUFFER,
+                    in_port=ofp.OFPP_CONTROLLER,
+                    actions=[parser.OFPActionOutput(ofp.OFPP_CONTROLLER, ofp.OFPCML_NO_BUFFER)],
+                    data=lldp_frame(v["dpid"], 0, self.probe_seq),
+                )
+            )
             self.probes.sent_probe(("self", name), self.probe_seq, t)
         for (name, port), _link in self.plan.probe_dirs.items():
             dpid = self.switches[name]["dpid"]
@@ -327,9 +406,15 @@ class ZlabRoutes(BaseApp):
                 continue
             ofp, parser = dp.ofproto, dp.ofproto_parser
             self.probe_seq += 1
-            dp.send_msg(parser.OFPPacketOut(dp, buffer_id=ofp.OFP_NO_BUFFER, in_port=ofp.OFPP_CONTROLLER,
-                                            actions=[parser.OFPActionOutput(port)],
-                                            data=lldp_frame(dpid, port, self.probe_seq)))
+            dp.send_msg(
+                parser.OFPPacketOut(
+                    dp,
+                    buffer_id=ofp.OFP_NO_BUFFER,
+                    in_port=ofp.OFPP_CONTROLLER,
+                    actions=[parser.OFPActionOutput(port)],
+                    data=lldp_frame(dpid, port, self.probe_seq),
+                )
+            )
             self.probes.sent_probe((name, port), self.probe_seq, t)
             self.probes_sent += 1
 
@@ -345,8 +430,13 @@ class ZlabRoutes(BaseApp):
             for port_no in self.ports.get(dpid, []):
                 if facing is not None and port_no not in facing:
                     continue
-                out = parser.OFPPacketOut(dp, buffer_id=ofp.OFP_NO_BUFFER, in_port=ofp.OFPP_CONTROLLER,
-                                          actions=[parser.OFPActionOutput(port_no)], data=lldp_frame(dpid, port_no))
+                out = parser.OFPPacketOut(
+                    dp,
+                    buffer_id=ofp.OFP_NO_BUFFER,
+                    in_port=ofp.OFPP_CONTROLLER,
+                    actions=[parser.OFPActionOutput(port_no)],
+                    data=lldp_frame(dpid, port_no),
+                )
                 dp.send_msg(out)
 
     @set_ev_cls(ofp_event.EventOFPPacketIn, MAIN_DISPATCHER)
@@ -356,8 +446,15 @@ class ZlabRoutes(BaseApp):
         if got is None:
             return
         if got[0] == "host":  # a NIC cable: which switch port the GPU port is plugged into
-            self.lldp_log.write({"t_ns": time.time_ns(), "src_host_port": got[1], "dst_dpid": msg.datapath.id,
-                                 "dst": self.by_dpid.get(msg.datapath.id), "dst_port": msg.match["in_port"]})
+            self.lldp_log.write(
+                {
+                    "t_ns": time.time_ns(),
+                    "src_host_port": got[1],
+                    "dst_dpid": msg.datapath.id,
+                    "dst": self.by_dpid.get(msg.datapath.id),
+                    "dst_port": msg.match["in_port"],
+                }
+            )
             return
         src_dpid, src_port = got
         if self.plan is not None:
@@ -367,9 +464,17 @@ class ZlabRoutes(BaseApp):
                 self.probes.got_probe(("self", src) if src_port == 0 else (src, src_port), seq)
                 self.probes_back += 1
                 return
-        self.lldp_log.write({"t_ns": time.time_ns(), "src_dpid": src_dpid, "src_port": src_port,
-                             "src": self.by_dpid.get(src_dpid), "dst_dpid": msg.datapath.id,
-                             "dst": self.by_dpid.get(msg.datapath.id), "dst_port": msg.match["in_port"]})
+        self.lldp_log.write(
+            {
+                "t_ns": time.time_ns(),
+                "src_dpid": src_dpid,
+                "src_port": src_port,
+                "src": self.by_dpid.get(src_dpid),
+                "dst_dpid": msg.datapath.id,
+                "dst": self.by_dpid.get(msg.datapath.id),
+                "dst_port": msg.match["in_port"],
+            }
+        )
 
     # ---- counters ---------------------------------------------------------------------
     def _poll(self):
@@ -382,8 +487,11 @@ class ZlabRoutes(BaseApp):
             for dp in list(self.datapaths.values()):
                 parser, ofp = dp.ofproto_parser, dp.ofproto
                 dp.send_msg(parser.OFPPortStatsRequest(dp, 0, ofp.OFPP_ANY))
-                dp.send_msg(parser.OFPFlowStatsRequest(dp, 0, ofp.OFPTT_ALL, ofp.OFPP_ANY, ofp.OFPG_ANY,
-                                                       COOKIE, 0xFFFFFFFFFFFFFFFF, parser.OFPMatch()))
+                dp.send_msg(
+                    parser.OFPFlowStatsRequest(
+                        dp, 0, ofp.OFPTT_ALL, ofp.OFPP_ANY, ofp.OFPG_ANY, COOKIE, 0xFFFFFFFFFFFFFFFF, parser.OFPMatch()
+                    )
+                )
             hub.sleep(self.stats_interval_s)
 
     @set_ev_cls(ofp_event.EventOFPPortStatsReply, MAIN_DISPATCHER)
@@ -393,9 +501,19 @@ class ZlabRoutes(BaseApp):
         for s in ev.msg.body:
             if s.port_no >= ev.msg.datapath.ofproto.OFPP_MAX:
                 continue
-            self.port_stats.write({"t_ns": t, "switch": name, "port": s.port_no, "rx_packets": s.rx_packets,
-                                   "tx_packets": s.tx_packets, "rx_bytes": s.rx_bytes, "tx_bytes": s.tx_bytes,
-                                   "rx_dropped": s.rx_dropped, "tx_dropped": s.tx_dropped})
+            self.port_stats.write(
+                {
+                    "t_ns": t,
+                    "switch": name,
+                    "port": s.port_no,
+                    "rx_packets": s.rx_packets,
+                    "tx_packets": s.tx_packets,
+                    "rx_bytes": s.rx_bytes,
+                    "tx_bytes": s.tx_bytes,
+                    "rx_dropped": s.rx_dropped,
+                    "tx_dropped": s.tx_dropped,
+                }
+            )
 
     @set_ev_cls(ofp_event.EventOFPFlowStatsReply, MAIN_DISPATCHER)
     def on_flow_stats(self, ev):
@@ -403,5 +521,13 @@ class ZlabRoutes(BaseApp):
         name = self.by_dpid.get(ev.msg.datapath.id)
         for s in ev.msg.body:
             match = {k: (list(v) if isinstance(v, tuple) else v) for k, v in s.match.items()}
-            self.flow_stats.write({"t_ns": t, "switch": name, "priority": s.priority, "match": match,
-                                   "packets": s.packet_count, "bytes": s.byte_count})
+            self.flow_stats.write(
+                {
+                    "t_ns": t,
+                    "switch": name,
+                    "priority": s.priority,
+                    "match": match,
+                    "packets": s.packet_count,
+                    "bytes": s.byte_count,
+                }
+            )

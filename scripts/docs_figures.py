@@ -22,7 +22,6 @@ sys.path.insert(0, str(ROOT / "scripts"))
 from docsgen import blocks, records  # noqa: E402
 from docsgen.figures import FIGURES, render  # noqa: E402
 
-
 HEAVY_LOCK = "/tmp/zlab-heavy.lock"  # root producers share the machine with other heavy jobs
 
 
@@ -47,6 +46,7 @@ def problems(root: Path = ROOT, files: list[Path] | None = None) -> list[str]:
 
 def write(root: Path = ROOT) -> int:
     """Rewrite every block; a block with no record yet is left as it is and named."""
+
     def one(name: str) -> str | None:
         if name not in FIGURES:
             print(f"unknown figure {name!r} left as it is", file=sys.stderr)
@@ -56,6 +56,7 @@ def write(root: Path = ROOT) -> int:
         except FileNotFoundError as e:
             print(f"{e}; block left as it is", file=sys.stderr)
             return None
+
     new = {path: blocks.replace(path.read_text(), one) for path in blocks.markdown_files(root)}
     changed = [p for p, text in new.items() if text != p.read_text()]
     for path in changed:
@@ -78,15 +79,25 @@ def main(argv: list[str]) -> int:
     if argv[0] == "list":
         for f in FIGURES.values():
             rec = records.load(ROOT, f.name) if f.run is None else None
-            state = (f"run folder {f.run}" if f.run else "no record" if rec is None
-                     else f"transcribed from {rec['transcribed_from']}" if rec.get("transcribed_from")
-                     else f"measured {rec['date'][:10]}")
-            print(f"{f.name:<22} {state:<40} {('root: ' if f.root else 'heavy: ' if f.heavy else '') + (f.command or '-')}")
+            state = (
+                f"run folder {f.run}"
+                if f.run
+                else "no record"
+                if rec is None
+                else f"transcribed from {rec['transcribed_from']}"
+                if rec.get("transcribed_from")
+                else f"measured {rec['date'][:10]}"
+            )
+            print(
+                f"{f.name:<22} {state:<40} {('root: ' if f.root else 'heavy: ' if f.heavy else '') + (f.command or '-')}"
+            )
         return 0
     fig = FIGURES.get(argv[1])
     if fig is None or not fig.argv:
-        print(f"no producing command for {argv[1]!r}; measurable: "
-              f"{', '.join(n for n, f in FIGURES.items() if f.argv)}", file=sys.stderr)
+        print(
+            f"no producing command for {argv[1]!r}; measurable: {', '.join(n for n, f in FIGURES.items() if f.argv)}",
+            file=sys.stderr,
+        )
         return 2
     cmd = list(fig.argv)
     if fig.root and os.geteuid() != 0:

@@ -46,8 +46,9 @@ def _text(help_text: str | None) -> str:
 
 def _positional(a: argparse.Action) -> str:
     name = a.metavar or a.dest
-    return {"?": f"[{name}]", "+": f"{name} [{name} ...]", "*": f"[{name} ...]",
-            argparse.REMAINDER: "..."}.get(a.nargs, name)
+    return {"?": f"[{name}]", "+": f"{name} [{name} ...]", "*": f"[{name} ...]", argparse.REMAINDER: "..."}.get(
+        a.nargs, name
+    )
 
 
 def _flag(a: argparse.Action, short: bool = False) -> str:
@@ -62,8 +63,13 @@ def _flag(a: argparse.Action, short: bool = False) -> str:
 
 
 def _visible(parser: argparse.ArgumentParser) -> list[argparse.Action]:
-    return [a for a in parser._actions if a.help != argparse.SUPPRESS and not isinstance(a, argparse._HelpAction)
-            and not isinstance(a, argparse._SubParsersAction)]
+    return [
+        a
+        for a in parser._actions
+        if a.help != argparse.SUPPRESS
+        and not isinstance(a, argparse._HelpAction)
+        and not isinstance(a, argparse._SubParsersAction)
+    ]
 
 
 def _synopsis(path: str, parser: argparse.ArgumentParser) -> str:
@@ -106,11 +112,18 @@ def _command_section(path: str, parser: argparse.ArgumentParser, summary: str, l
 def cli_md() -> str:
     parser = build_parser()
     commands = _subcommands(parser)
-    lines = [HEADER.format(source="the argparse parser (testbed/cli/)"), "# `zlab` command reference", "",
-             parser.description or "", "",
-             "Exit codes: 0 ok; 1 runtime failure; 2 bad input (one line naming the field); 3 an experiment ran but "
-             "a fabric's run is INVALID; 130 interrupted.", "",
-             "| command | what it does |", "|---|---|"]
+    lines = [
+        HEADER.format(source="the argparse parser (testbed/cli/)"),
+        "# `zlab` command reference",
+        "",
+        parser.description or "",
+        "",
+        "Exit codes: 0 ok; 1 runtime failure; 2 bad input (one line naming the field); 3 an experiment ran but "
+        "a fabric's run is INVALID; 130 interrupted.",
+        "",
+        "| command | what it does |",
+        "|---|---|",
+    ]
     lines += [f"| [`zlab {name}`](#zlab-{name}) | {_text(summary)} |" for name, _, summary in commands]
     lines.append("")
     for name, sub, summary in commands:
@@ -145,8 +158,9 @@ def _field_rows(schema: dict, prefix: str = "") -> list[str]:
         if prop.get("type") == "object" and "properties" in prop:
             continue  # a section: its own table
         default = "" if "default" not in prop else f"`{json.dumps(prop['default'])}`"
-        rows.append(f"| `{prefix}{key}` | {_type(prop)} | {_bounds(prop)} | {default} | "
-                    f"{_text(prop.get('description'))} |")
+        rows.append(
+            f"| `{prefix}{key}` | {_type(prop)} | {_bounds(prop)} | {default} | {_text(prop.get('description'))} |"
+        )
     return rows
 
 
@@ -155,28 +169,53 @@ TABLE_HEAD = ["| field | type | limits | default | meaning |", "|---|---|---|---
 
 def spec_md() -> str:
     schema = especs.SCHEMA
-    lines = [HEADER.format(source="the experiment spec's JSON Schema (testbed/experiment/spec.py)"),
-             "# Experiment spec reference", "",
-             "An experiment spec is YAML merged over the built-in default; every field below may be left out (its "
-             "default applies) and no other field is allowed. `zlab run SPEC --set KEY=VALUE` overrides one field. "
-             "Editors can validate specs with [`zlab.schema.json`](../../zlab.schema.json); "
-             "[`docs/examples/`](../examples/) holds examples.", "",
-             "## Top level", "", *TABLE_HEAD, *_field_rows(schema), ""]
+    lines = [
+        HEADER.format(source="the experiment spec's JSON Schema (testbed/experiment/spec.py)"),
+        "# Experiment spec reference",
+        "",
+        "An experiment spec is YAML merged over the built-in default; every field below may be left out (its "
+        "default applies) and no other field is allowed. `zlab run SPEC --set KEY=VALUE` overrides one field. "
+        "Editors can validate specs with [`zlab.schema.json`](../../zlab.schema.json); "
+        "[`docs/examples/`](../examples/) holds examples.",
+        "",
+        "## Top level",
+        "",
+        *TABLE_HEAD,
+        *_field_rows(schema),
+        "",
+    ]
     for key, prop in schema["properties"].items():
         if prop.get("type") == "object" and "properties" in prop:
-            lines += [f"## `{key}`", "", _text(prop.get("description")) + ".", "", *TABLE_HEAD,
-                      *_field_rows(prop, key + "."), ""]
+            lines += [
+                f"## `{key}`",
+                "",
+                _text(prop.get("description")) + ".",
+                "",
+                *TABLE_HEAD,
+                *_field_rows(prop, key + "."),
+                "",
+            ]
     event = especs.FAILURE_EVENT
-    lines += ["## A failure event (`failures.events.<fabric>[]`)", "",
-              "Required: " + ", ".join(f"`{r}`" for r in event["required"]) + ".", "", *TABLE_HEAD,
-              *_field_rows(event), ""]
+    lines += [
+        "## A failure event (`failures.events.<fabric>[]`)",
+        "",
+        "Required: " + ", ".join(f"`{r}`" for r in event["required"]) + ".",
+        "",
+        *TABLE_HEAD,
+        *_field_rows(event),
+        "",
+    ]
     return "\n".join(lines).rstrip() + "\n"
 
 
 def schema_json() -> str:
-    doc = {"$schema": SCHEMA_URL, "title": "zlab experiment spec",
-           "description": "What `zlab run SPEC` accepts (generated by scripts/gen_reference.py from "
-                          "testbed/experiment/spec.py).", **especs.SCHEMA}
+    doc = {
+        "$schema": SCHEMA_URL,
+        "title": "zlab experiment spec",
+        "description": "What `zlab run SPEC` accepts (generated by scripts/gen_reference.py from "
+        "testbed/experiment/spec.py).",
+        **especs.SCHEMA,
+    }
     return json.dumps(doc, indent=2) + "\n"
 
 

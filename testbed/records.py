@@ -41,7 +41,7 @@ class JsonLines:
             self._fh.close()
             self._fh = None
 
-    def __enter__(self) -> "JsonLines":
+    def __enter__(self) -> JsonLines:
         return self
 
     def __exit__(self, *exc) -> None:

@@ -25,7 +25,9 @@ from .rc import Message, QPCounters, Received, Requester, Responder
 MAX_RX_PER_WAKE = 512
 TIMER_TICK_NS = 1_000_000
 PACER_SLACK_NS = TIMER_TICK_NS
-LOOP_GAP_NS = 2 * TIMER_TICK_NS  # a loop turn longer than this is recorded (a stall)  # credit an idle port may bank: one loop tick of line rate
+LOOP_GAP_NS = (
+    2 * TIMER_TICK_NS
+)  # a loop turn longer than this is recorded (a stall)  # credit an idle port may bank: one loop tick of line rate
 
 
 @dataclass
@@ -52,13 +54,16 @@ class NicPort:
         self.spec = spec
         self.sock = open_packet_socket(spec.name, spec.netns_pid, socket_buffer_bytes)
         # slack: 1 ms of line rate banked at most (absorbs a late wake-up); frames leave at line rate
-        self.pacer = Pacer(spec.rate_bps * pace_fraction, now_ns=now_ns,
-                           burst_bytes=int(spec.rate_bps * pace_fraction * PACER_SLACK_NS / 8e9))
+        self.pacer = Pacer(
+            spec.rate_bps * pace_fraction,
+            now_ns=now_ns,
+            burst_bytes=int(spec.rate_bps * pace_fraction * PACER_SLACK_NS / 8e9),
+        )
         self.ctrl: deque[bytes] = deque()  # ACK/NAK frames, sent before data
-        self.requesters: list["Connection"] = []
+        self.requesters: list[Connection] = []
         self.rr = 0
-        self.by_req_qpn: dict[int, "Connection"] = {}
-        self.by_resp_qpn: dict[int, "Connection"] = {}
+        self.by_req_qpn: dict[int, Connection] = {}
+        self.by_resp_qpn: dict[int, Connection] = {}
         self.held: bytes | None = None  # a frame the kernel refused (qdisc full), retried first
         self.stats = PortStats()
 
@@ -69,8 +74,18 @@ class NicPort:
 class Connection:
     """One RC QP pair: requester on the source port, responder on the destination port."""
 
-    def __init__(self, cid: int, src: NicPort, dst: NicPort, req_qpn: int, resp_qpn: int, sport: int,
-                 path_mtu: int, cc: Timely | None, rc_opts: dict):
+    def __init__(
+        self,
+        cid: int,
+        src: NicPort,
+        dst: NicPort,
+        req_qpn: int,
+        resp_qpn: int,
+        sport: int,
+        path_mtu: int,
+        cc: Timely | None,
+        rc_opts: dict,
+    ):
         self.cid, self.src, self.dst, self.sport = cid, src, dst, sport
         self.req_qpn, self.resp_qpn = req_qpn, resp_qpn
         fwd = roce.FrameBuilder(src.endpoint(), dst.endpoint(), sport, resp_qpn)
@@ -95,7 +110,7 @@ class Connection:
         self.timeouts_mark = 0  # requester timeouts at the last progress
         self.migrations: list[int] = []  # when the QP moved to its alternate path
 
-    def rebuild(self, src: "NicPort", dst: "NicPort") -> None:
+    def rebuild(self, src: NicPort, dst: NicPort) -> None:
         """Move the QP pair to other ports (RoCE's automatic path migration): new headers both
         ways, same QPNs and PSN state, so go-back-N resumes from the oldest unacknowledged PSN."""
         self.src, self.dst = src, dst
@@ -117,8 +132,15 @@ def message_data(msg_id: int, size: int) -> bytes:
 
 
 class Agent:
-    def __init__(self, on_record=None, pace_fraction: float = 1.0, rc_opts: dict | None = None,
-                 socket_buffer_bytes: int = 8 << 20, stall_ns: int | None = None, apm_timeouts: int | None = None):
+    def __init__(
+        self,
+        on_record=None,
+        pace_fraction: float = 1.0,
+        rc_opts: dict | None = None,
+        socket_buffer_bytes: int = 8 << 20,
+        stall_ns: int | None = None,
+        apm_timeouts: int | None = None,
+    ):
         """on_record: called with each completed message's record (the caller decides where
         records go; the traffic core writes no files of its own). stall_ns: record a QP's
         acknowledgement gaps longer than this (failure recovery times). apm_timeouts: a QP with an
@@ -183,8 +205,14 @@ class Agent:
         conn.timeouts_mark = req.c.timeouts
         conn.migrations.append(now)
 
-    def post(self, conn: Connection, size_bytes: int, at_ns: int | None = None, meta: dict | None = None,
-             data: bytes | None = None) -> Message:
+    def post(
+        self,
+        conn: Connection,
+        size_bytes: int,
+        at_ns: int | None = None,
+        meta: dict | None = None,
+        data: bytes | None = None,
+    ) -> Message:
         """Schedule a message at CLOCK_MONOTONIC time at_ns (None: now). Cheap: the payload is
         generated only when the message is released, and dropped once it completes."""
         mid = next(self._msg_id)
@@ -221,8 +249,13 @@ class Agent:
                     conn.req.post(msg, now)
                 if now >= next_timer:
                     for c in self.conns:
-                        if not c.req.idle() and c.req.on_timer(now) and c.alt is not None and \
-                                self.apm_timeouts and c.req.c.timeouts - c.timeouts_mark >= self.apm_timeouts:
+                        if (
+                            not c.req.idle()
+                            and c.req.on_timer(now)
+                            and c.alt is not None
+                            and self.apm_timeouts
+                            and c.req.c.timeouts - c.timeouts_mark >= self.apm_timeouts
+                        ):
                             self._migrate(c, now)
                     next_timer = now + TIMER_TICK_NS
                     if progress:
@@ -345,16 +378,28 @@ class Agent:
         conn.completed += 1
         msg.data = b""  # completed: free the payload
         rec = {
-            "msg_id": msg.msg_id, "qp": conn.cid, "src": conn.src.spec.name, "dst": conn.dst.spec.name,
-            "src_gpu": conn.src.spec.gpu, "dst_gpu": conn.dst.spec.gpu, "sport": conn.sport,
-            "size_bytes": msg.size_bytes, "packets": msg.n_packets,
-            "t_post_ns": msg.t_post_ns, "t_due_ns": msg.t_due_ns, "t_first_tx_ns": msg.t_first_tx_ns,
-            "t_first_rx_ns": got.t_first_rx_ns if got else None, "t_last_rx_ns": got.t_last_rx_ns if got else None,
+            "msg_id": msg.msg_id,
+            "qp": conn.cid,
+            "src": conn.src.spec.name,
+            "dst": conn.dst.spec.name,
+            "src_gpu": conn.src.spec.gpu,
+            "dst_gpu": conn.dst.spec.gpu,
+            "sport": conn.sport,
+            "size_bytes": msg.size_bytes,
+            "packets": msg.n_packets,
+            "t_post_ns": msg.t_post_ns,
+            "t_due_ns": msg.t_due_ns,
+            "t_first_tx_ns": msg.t_first_tx_ns,
+            "t_first_rx_ns": got.t_first_rx_ns if got else None,
+            "t_last_rx_ns": got.t_last_rx_ns if got else None,
             "t_complete_ns": msg.t_complete_ns,
             "integrity_ok": bool(got and got.ok and got.crc == msg.data_crc and got.received_bytes == msg.size_bytes),
-            "qp_retransmits": conn.req.c.retransmits, "qp_naks": conn.req.c.naks, "qp_timeouts": conn.req.c.timeouts,
+            "qp_retransmits": conn.req.c.retransmits,
+            "qp_naks": conn.req.c.naks,
+            "qp_timeouts": conn.req.c.timeouts,
             "qp_migrations": len(conn.migrations),
-            "clock": "CLOCK_MONOTONIC", **msg.meta,
+            "clock": "CLOCK_MONOTONIC",
+            **msg.meta,
         }
         self.done.append(rec)
         if self.on_record is not None:
@@ -370,15 +415,32 @@ class Agent:
             return dict(vars(c))
 
         return {
-            "qps": [{"qp": c.cid, "src": c.src.spec.name, "dst": c.dst.spec.name, "sport": c.sport,
-                     "requester": qp(c.req.c), "responder": qp(c.resp.c), "home": list(c.home), "rto_min_ns": c.req.rto_min_ns, "stalls_ns": c.stalls,
-                     "repairs_ns": c.req.repairs_ns, "migrations_ns": c.migrations, "open_since_ns": None if c.req.idle() else c.progress_ns}
-                    for c in self.conns],
+            "qps": [
+                {
+                    "qp": c.cid,
+                    "src": c.src.spec.name,
+                    "dst": c.dst.spec.name,
+                    "sport": c.sport,
+                    "requester": qp(c.req.c),
+                    "responder": qp(c.resp.c),
+                    "home": list(c.home),
+                    "rto_min_ns": c.req.rto_min_ns,
+                    "stalls_ns": c.stalls,
+                    "repairs_ns": c.req.repairs_ns,
+                    "migrations_ns": c.migrations,
+                    "open_since_ns": None if c.req.idle() else c.progress_ns,
+                }
+                for c in self.conns
+            ],
             "ports": {n: vars(p.stats) for n, p in self.ports.items()},
             "agent_cpu_s": self.cpu_s,
-            "loop_stalls": {"count": len(self.loop_gaps), "max_ns": max((g for g, _ in self.loop_gaps), default=0),
-                            "wall_ns": sum(g for g, _ in self.loop_gaps), "cpu_ns": sum(c for _, c in self.loop_gaps),
-                            "threshold_ns": LOOP_GAP_NS},
+            "loop_stalls": {
+                "count": len(self.loop_gaps),
+                "max_ns": max((g for g, _ in self.loop_gaps), default=0),
+                "wall_ns": sum(g for g, _ in self.loop_gaps),
+                "cpu_ns": sum(c for _, c in self.loop_gaps),
+                "threshold_ns": LOOP_GAP_NS,
+            },
         }
 
     def close(self) -> None:

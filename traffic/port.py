@@ -22,10 +22,17 @@ _libc = ctypes.CDLL("libc.so.6", use_errno=True)
 
 # classic BPF: IPv4, UDP, not a fragment, destination port 4791 (cf. tcpdump -dd)
 _BPF = [
-    (0x28, 0, 0, 0x0000000C), (0x15, 0, 8, 0x00000800), (0x30, 0, 0, 0x00000017),
-    (0x15, 0, 6, 0x00000011), (0x28, 0, 0, 0x00000014), (0x45, 4, 0, 0x00001FFF),
-    (0xB1, 0, 0, 0x0000000E), (0x48, 0, 0, 0x00000010), (0x15, 0, 1, 0x000012B7),
-    (0x06, 0, 0, 0x00040000), (0x06, 0, 0, 0x00000000),
+    (0x28, 0, 0, 0x0000000C),
+    (0x15, 0, 8, 0x00000800),
+    (0x30, 0, 0, 0x00000017),
+    (0x15, 0, 6, 0x00000011),
+    (0x28, 0, 0, 0x00000014),
+    (0x45, 4, 0, 0x00001FFF),
+    (0xB1, 0, 0, 0x0000000E),
+    (0x48, 0, 0, 0x00000010),
+    (0x15, 0, 1, 0x000012B7),
+    (0x06, 0, 0, 0x00040000),
+    (0x06, 0, 0, 0x00000000),
 ]
 
 
@@ -55,8 +62,13 @@ class PreciseEpoll:
         self._buf = (_EpollEvent * self.MAX_EVENTS)()
         self.precise = self._fn is not None
         if self._fn is not None:
-            self._fn.argtypes = [ctypes.c_int, ctypes.POINTER(_EpollEvent), ctypes.c_int,
-                                 ctypes.POINTER(_Timespec), ctypes.c_void_p]
+            self._fn.argtypes = [
+                ctypes.c_int,
+                ctypes.POINTER(_EpollEvent),
+                ctypes.c_int,
+                ctypes.POINTER(_Timespec),
+                ctypes.c_void_p,
+            ]
             self._fn.restype = ctypes.c_int
 
     def poll_ns(self, timeout_ns: int) -> list[int]:

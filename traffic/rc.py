@@ -53,9 +53,16 @@ class QPCounters:
 
 
 class Requester:
-    def __init__(self, builder: roce.FrameBuilder, path_mtu: int = 4096, start_psn: int = 0,
-                 ackreq_every: int = 16, window_pkts: int = 64, rto_ns: int = 200_000_000,
-                 rto_max_ns: int = 2_000_000_000):
+    def __init__(
+        self,
+        builder: roce.FrameBuilder,
+        path_mtu: int = 4096,
+        start_psn: int = 0,
+        ackreq_every: int = 16,
+        window_pkts: int = 64,
+        rto_ns: int = 200_000_000,
+        rto_max_ns: int = 2_000_000_000,
+    ):
         self.b = builder
         self.mtu = roce.payload_per_packet(path_mtu)
         self.ackreq_every = ackreq_every
@@ -121,7 +128,7 @@ class Requester:
             return None
         psn = self.next_psn
         m, k = self._locate(psn)
-        chunk = m.data[k * self.mtu:(k + 1) * self.mtu]
+        chunk = m.data[k * self.mtu : (k + 1) * self.mtu]
         if m.n_packets == 1:
             op = roce.WRITE_ONLY
         elif k == 0:

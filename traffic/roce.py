@@ -23,8 +23,13 @@ PKEY_DEFAULT = 0xFFFF
 
 # RC opcodes (IBTA vol. 1, table 38)
 WRITE_FIRST, WRITE_MIDDLE, WRITE_LAST, WRITE_ONLY, ACKNOWLEDGE = 0x06, 0x07, 0x08, 0x0A, 0x11
-OPCODE_NAMES = {WRITE_FIRST: "RDMA WRITE First", WRITE_MIDDLE: "RDMA WRITE Middle", WRITE_LAST: "RDMA WRITE Last",
-                WRITE_ONLY: "RDMA WRITE Only", ACKNOWLEDGE: "Acknowledge"}
+OPCODE_NAMES = {
+    WRITE_FIRST: "RDMA WRITE First",
+    WRITE_MIDDLE: "RDMA WRITE Middle",
+    WRITE_LAST: "RDMA WRITE Last",
+    WRITE_ONLY: "RDMA WRITE Only",
+    ACKNOWLEDGE: "Acknowledge",
+}
 HAS_RETH = frozenset((WRITE_FIRST, WRITE_ONLY))
 # AETH syndromes
 AETH_ACK = 0x1F  # ACK, credit field "invalid" (no end-to-end credits)
@@ -99,8 +104,15 @@ class FrameBuilder:
                 self._prefix_cache[udp_payload_len] = got
         return got
 
-    def frame(self, opcode: int, psn: int, ackreq: bool = False, payload: bytes = b"",
-              reth: tuple[int, int, int] | None = None, aeth: tuple[int, int] | None = None) -> bytes:
+    def frame(
+        self,
+        opcode: int,
+        psn: int,
+        ackreq: bool = False,
+        payload: bytes = b"",
+        reth: tuple[int, int, int] | None = None,
+        aeth: tuple[int, int] | None = None,
+    ) -> bytes:
         ext = b""
         if reth is not None:
             ext = _RETH.pack(*reth)
@@ -144,7 +156,7 @@ def _pseudo_header_crc(ipudp: bytes) -> int:
     if crc is None:
         ip = bytearray(ipudp[:IP_HDR])
         ip[1], ip[8], ip[10], ip[11] = 0xFF, 0xFF, 0xFF, 0xFF
-        crc = zlib.crc32(bytes(ip) + ipudp[IP_HDR:IP_HDR + 6] + b"\xff\xff", zlib.crc32(b"\xff" * 8))
+        crc = zlib.crc32(bytes(ip) + ipudp[IP_HDR : IP_HDR + 6] + b"\xff\xff", zlib.crc32(b"\xff" * 8))
         if len(_pseudo_crc) < 4096:
             _pseudo_crc[ipudp] = crc
     return crc
@@ -166,8 +178,8 @@ def parse(frame: bytes) -> Parsed:
         raise MalformedPacket("not RoCEv2")
     mv = memoryview(frame)
     crc = _pseudo_header_crc(bytes(mv[OFF_IP:OFF_BTH]))
-    crc = zlib.crc32(mv[OFF_BTH:OFF_BTH + 4], crc)
-    crc = zlib.crc32(mv[OFF_BTH + 5:end - ICRC_LEN], zlib.crc32(b"\xff", crc))
+    crc = zlib.crc32(mv[OFF_BTH : OFF_BTH + 4], crc)
+    crc = zlib.crc32(mv[OFF_BTH + 5 : end - ICRC_LEN], zlib.crc32(b"\xff", crc))
     if _ICRC.unpack_from(frame, end - ICRC_LEN)[0] != crc:
         raise MalformedPacket("bad ICRC")
     opcode, _flags, _pkey, qp, apsn = _BTH.unpack_from(frame, OFF_BTH)
@@ -186,8 +198,18 @@ def parse(frame: bytes) -> Parsed:
         off += AETH_LEN
     elif opcode not in (WRITE_MIDDLE, WRITE_LAST):
         raise MalformedPacket(f"unsupported opcode 0x{opcode:02x}")
-    return Parsed(frame[OFF_IP + 12:OFF_IP + 16], frame[OFF_IP + 16:OFF_IP + 20], sport, opcode, qp & 0xFFFFFF,
-                  apsn >> 31 == 1, apsn & 0xFFFFFF, reth, aeth, mv[off:end - ICRC_LEN])
+    return Parsed(
+        frame[OFF_IP + 12 : OFF_IP + 16],
+        frame[OFF_IP + 16 : OFF_IP + 20],
+        sport,
+        opcode,
+        qp & 0xFFFFFF,
+        apsn >> 31 == 1,
+        apsn & 0xFFFFFF,
+        reth,
+        aeth,
+        mv[off : end - ICRC_LEN],
+    )
 
 
 def payload_per_packet(path_mtu: int) -> int:

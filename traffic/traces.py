@@ -50,8 +50,10 @@ def read(name_or_path: str) -> list[TraceRequest]:
         return read_mooncake(p)
     if p.suffix == ".csv":
         return read_azure(p)
-    raise TraceError(f"{p}: unsupported trace format {p.suffix or '(no extension)'!r}; zlab reads "
-                     + ", ".join(f"{ext} ({what})" for ext, what in FORMATS.items()))
+    raise TraceError(
+        f"{p}: unsupported trace format {p.suffix or '(no extension)'!r}; zlab reads "
+        + ", ".join(f"{ext} ({what})" for ext, what in FORMATS.items())
+    )
 
 
 def _read_text(path: Path) -> str:
@@ -66,7 +68,9 @@ def _read_text(path: Path) -> str:
         return data.decode("utf-8")
     except UnicodeDecodeError as exc:
         line = data[: exc.start].count(b"\n") + 1
-        raise TraceError(f"{path}:{line}: not UTF-8 text (byte 0x{data[exc.start]:02x}); is this a trace file?") from None
+        raise TraceError(
+            f"{path}:{line}: not UTF-8 text (byte 0x{data[exc.start]:02x}); is this a trace file?"
+        ) from None
 
 
 def _whole(value, name: str) -> int:

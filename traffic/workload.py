@@ -82,13 +82,19 @@ class Plan:
     horizon_s: float  # emulated time of the last post
 
     def summary(self) -> dict:
-        return {"requests": len(self.requests), "transfers": len(self.transfers),
-                "kv_bytes_per_token": self.kv_bytes_per_token, "scaling": asdict(self.scaling),
-                "dilation": self.scaling.dilation, "natural_load": self.natural_load,
-                "offered_load": self.offered_load, "prefill_utilisation": self.prefill_utilisation,
-                "horizon_s": self.horizon_s,
-                "emulated_kv_bytes": sum(t.bytes for t in self.transfers),
-                "real_kv_bytes": sum(t.real_bytes for t in self.transfers)}
+        return {
+            "requests": len(self.requests),
+            "transfers": len(self.transfers),
+            "kv_bytes_per_token": self.kv_bytes_per_token,
+            "scaling": asdict(self.scaling),
+            "dilation": self.scaling.dilation,
+            "natural_load": self.natural_load,
+            "offered_load": self.offered_load,
+            "prefill_utilisation": self.prefill_utilisation,
+            "horizon_s": self.horizon_s,
+            "emulated_kv_bytes": sum(t.bytes for t in self.transfers),
+            "real_kv_bytes": sum(t.real_bytes for t in self.transfers),
+        }
 
 
 def instances(n_gpus: int, gpus_per_server: int, tp: int, prefill: int, decode: int) -> list[Instance]:
@@ -120,8 +126,18 @@ def rank_map(mapping: str, tp: int, rng: random.Random) -> list[int]:
     raise ValueError(f"unknown mapping {mapping!r}; valid: {', '.join(MAPPINGS)}")
 
 
-def plan(trace: list[TraceRequest], model: ModelShape, times: TimeModel, n_gpus: int, gpus_per_server: int,
-         gpu_bps: float, *, offered_load: float | None = None, load_factor: float | None = None, **kw) -> Plan:
+def plan(
+    trace: list[TraceRequest],
+    model: ModelShape,
+    times: TimeModel,
+    n_gpus: int,
+    gpus_per_server: int,
+    gpu_bps: float,
+    *,
+    offered_load: float | None = None,
+    load_factor: float | None = None,
+    **kw,
+) -> Plan:
     """Plan a replay. `offered_load` counts the KV bytes that actually move (after prefix reuse):
     the load factor is corrected until the plan offers what was asked (offered bytes scale
     linearly with it, so one correction is exact unless reuse depends on timing)."""
@@ -138,16 +154,33 @@ def plan(trace: list[TraceRequest], model: ModelShape, times: TimeModel, n_gpus:
     return p
 
 
-def _plan_once(trace: list[TraceRequest], model: ModelShape, times: TimeModel, n_gpus: int, gpus_per_server: int,
-         gpu_bps: float, *, rate_scale: float, size_scale: float, tp: int, prefill_instances: int,
-         decode_instances: int, mapping: str = "rail-aligned", scheduler: str = "round-robin",
-         offered_load: float | None = None, load_factor: float | None = None, start_index: int = 0,
-         requests: int = 200, prefix_reuse: bool = False, seed: int = 0) -> Plan:
+def _plan_once(
+    trace: list[TraceRequest],
+    model: ModelShape,
+    times: TimeModel,
+    n_gpus: int,
+    gpus_per_server: int,
+    gpu_bps: float,
+    *,
+    rate_scale: float,
+    size_scale: float,
+    tp: int,
+    prefill_instances: int,
+    decode_instances: int,
+    mapping: str = "rail-aligned",
+    scheduler: str = "round-robin",
+    offered_load: float | None = None,
+    load_factor: float | None = None,
+    start_index: int = 0,
+    requests: int = 200,
+    prefix_reuse: bool = False,
+    seed: int = 0,
+) -> Plan:
     if scheduler not in SCHEDULERS:
         raise ValueError(f"unknown scheduler {scheduler!r}; valid: {', '.join(SCHEDULERS)}")
     if (offered_load is None) == (load_factor is None):
         raise ValueError("give exactly one of offered_load or load_factor")
-    window = trace[start_index:start_index + requests]
+    window = trace[start_index : start_index + requests]
     if len(window) < requests:
         raise ValueError(f"the trace has {len(trace)} requests; start_index {start_index} + {requests} requested")
     insts = instances(n_gpus, gpus_per_server, tp, prefill_instances, decode_instances)
@@ -176,8 +209,11 @@ def _plan_once(trace: list[TraceRequest], model: ModelShape, times: TimeModel, n
         pi = k % len(P) if scheduler == "round-robin" else min(range(len(P)), key=lambda i: p_free[i])
         di = k % len(D) if scheduler == "round-robin" else min(range(len(D)), key=lambda i: d_busy[i])
         if prefix_reuse and r.hash_ids:
-            kv_tokens = sum(min(MOONCAKE_BLOCK_TOKENS, r.input_tokens - i * MOONCAKE_BLOCK_TOKENS)
-                            for i, h in enumerate(r.hash_ids) if h not in seen[di])
+            kv_tokens = sum(
+                min(MOONCAKE_BLOCK_TOKENS, r.input_tokens - i * MOONCAKE_BLOCK_TOKENS)
+                for i, h in enumerate(r.hash_ids)
+                if h not in seen[di]
+            )
             seen[di].update(r.hash_ids)
         else:
             kv_tokens = r.input_tokens
@@ -188,8 +224,18 @@ def _plan_once(trace: list[TraceRequest], model: ModelShape, times: TimeModel, n
         ready = start + pre
         kv_real = kv_tokens * bpt
         d_busy[di] = max(d_busy[di], ready) + kv_real * 8 / (tp * gpu_bps)
-        pr = PlannedRequest(k, arrival * dil, r.input_tokens, r.output_tokens, kv_tokens, pi, di,
-                            (start - arrival) * dil, pre * dil, times.first_decode_step_s * dil)
+        pr = PlannedRequest(
+            k,
+            arrival * dil,
+            r.input_tokens,
+            r.output_tokens,
+            kv_tokens,
+            pi,
+            di,
+            (start - arrival) * dil,
+            pre * dil,
+            times.first_decode_step_s * dil,
+        )
         ranks = rank_map(mapping, tp, rng)
         per_shard = kv_real // tp
         for rank in range(tp):

@@ -75,20 +75,45 @@ class Chain:
             self.netns.append(f"{t}{h}")
         dp = "system" if self.option == "kernel" else "netdev"
         if self.option == "afxdp":
-            self.saved_pmd_mask = sh("ovs-vsctl", "--if-exists", "get", "Open_vSwitch", ".",
-                                     "other_config:pmd-cpu-mask").strip() or None
+            self.saved_pmd_mask = (
+                sh("ovs-vsctl", "--if-exists", "get", "Open_vSwitch", ".", "other_config:pmd-cpu-mask").strip() or None
+            )
             sh("ovs-vsctl", "set", "Open_vSwitch", ".", "other_config:pmd-cpu-mask=0x2")
         for i in range(self.hops):
             br = f"{t}s{i}"
-            sh("ovs-vsctl", "add-br", br, "--", "set", "bridge", br, f"datapath_type={dp}", "fail_mode=secure",
-               "protocols=OpenFlow13")
+            sh(
+                "ovs-vsctl",
+                "add-br",
+                br,
+                "--",
+                "set",
+                "bridge",
+                br,
+                f"datapath_type={dp}",
+                "fail_mode=secure",
+                "protocols=OpenFlow13",
+            )
             self.bridges.append(br)
         # cables: a-s0, s0-s1, ..., s(k-1)-b; switch ends are <br>p1 (towards a) and <br>p2 (towards b)
         ends = [(f"{t}ha", "a")] + [(f"{t}s{i}", None) for i in range(self.hops)] + [(f"{t}hb", "b")]
         for (left, lh), (right, rh) in zip(ends, ends[1:]):
             l_if = f"{left}e" if lh else f"{left}p2"
             r_if = f"{right}e" if rh else f"{right}p1"
-            sh("ip", "link", "add", l_if, "mtu", str(self.mtu), "type", "veth", "peer", "name", r_if, "mtu", str(self.mtu))
+            sh(
+                "ip",
+                "link",
+                "add",
+                l_if,
+                "mtu",
+                str(self.mtu),
+                "type",
+                "veth",
+                "peer",
+                "name",
+                r_if,
+                "mtu",
+                str(self.mtu),
+            )
             self.veths.append(l_if)
             for ifname, host in ((l_if, lh), (r_if, rh)):
                 sh("ethtool", "-K", ifname, "tx", "off")
@@ -113,19 +138,69 @@ class Chain:
         for port in self.switch_ports:  # after add-port: OVS may reset qdiscs when it adds ports
             self.shape(port, self.rate_mbps)
         for h, peer in (("a", "10.99.0.2"), ("b", "10.99.0.1")):
-            mac = sh("ip", "netns", "exec", f"{t}{'b' if h == 'a' else 'a'}", "cat",
-                     f"/sys/class/net/{t}h{'b' if h == 'a' else 'a'}e/address").strip()
-            sh("ip", "netns", "exec", f"{t}{h}", "ip", "neigh", "replace", peer, "lladdr", mac, "dev", f"{t}h{h}e",
-               "nud", "permanent")
+            mac = sh(
+                "ip",
+                "netns",
+                "exec",
+                f"{t}{'b' if h == 'a' else 'a'}",
+                "cat",
+                f"/sys/class/net/{t}h{'b' if h == 'a' else 'a'}e/address",
+            ).strip()
+            sh(
+                "ip",
+                "netns",
+                "exec",
+                f"{t}{h}",
+                "ip",
+                "neigh",
+                "replace",
+                peer,
+                "lladdr",
+                mac,
+                "dev",
+                f"{t}h{h}e",
+                "nud",
+                "permanent",
+            )
 
     def shape(self, port: str, rate_mbps: float) -> None:
         burst = self.mtu + 100
         sh("tc", "qdisc", "del", "dev", port, "root", check=False)  # re-shaping: start from the default qdisc
         sh("tc", "qdisc", "add", "dev", port, "root", "handle", "1:", "htb", "default", "1")
-        sh("tc", "class", "replace", "dev", port, "parent", "1:", "classid", "1:1", "htb", "rate",
-           f"{rate_mbps}mbit", "ceil", f"{rate_mbps}mbit", "burst", str(burst), "cburst", str(burst))
-        sh("tc", "qdisc", "replace", "dev", port, "parent", "1:1", "handle", "10:", "pfifo", "limit",
-           str(self.queue_pkts))
+        sh(
+            "tc",
+            "class",
+            "replace",
+            "dev",
+            port,
+            "parent",
+            "1:",
+            "classid",
+            "1:1",
+            "htb",
+            "rate",
+            f"{rate_mbps}mbit",
+            "ceil",
+            f"{rate_mbps}mbit",
+            "burst",
+            str(burst),
+            "cburst",
+            str(burst),
+        )
+        sh(
+            "tc",
+            "qdisc",
+            "replace",
+            "dev",
+            port,
+            "parent",
+            "1:1",
+            "handle",
+            "10:",
+            "pfifo",
+            "limit",
+            str(self.queue_pkts),
+        )
 
     @property
     def forward_ports(self) -> list[str]:
@@ -144,8 +219,14 @@ class Chain:
             sh("ip", "netns", "del", ns, check=False)
         if self.option == "afxdp":
             if self.saved_pmd_mask:
-                sh("ovs-vsctl", "set", "Open_vSwitch", ".", f"other_config:pmd-cpu-mask={self.saved_pmd_mask}",
-                   check=False)
+                sh(
+                    "ovs-vsctl",
+                    "set",
+                    "Open_vSwitch",
+                    ".",
+                    f"other_config:pmd-cpu-mask={self.saved_pmd_mask}",
+                    check=False,
+                )
             else:
                 sh("ovs-vsctl", "remove", "Open_vSwitch", ".", "other_config", "pmd-cpu-mask", check=False)
 
@@ -154,8 +235,11 @@ def blast(chain: Chain, frame_bytes: int, offered_mbps: float, seconds: float) -
     """iperf3 UDP from host a to host b at offered_mbps; ovs-vswitchd and machine CPU over the
     same interval; the egress queues sampled every 10 ms."""
     t = chain.tag
-    server = subprocess.Popen(["ip", "netns", "exec", f"{t}b", "iperf3", "-s", "-1", "-p", "5299"],
-                              stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    server = subprocess.Popen(
+        ["ip", "netns", "exec", f"{t}b", "iperf3", "-s", "-1", "-p", "5299"],
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+    )
     time.sleep(0.5)
     peak_backlog, stop = [0], threading.Event()
     reader = QdiscReader()  # one netlink dump per sample, as zlab's collector does
@@ -176,9 +260,26 @@ def blast(chain: Chain, frame_bytes: int, offered_mbps: float, seconds: float) -
     sampler = threading.Thread(target=sample, daemon=True)
     sampler.start()
     try:
-        out = sh("ip", "netns", "exec", f"{t}a", "iperf3", "-c", "10.99.0.2", "-p", "5299", "-u", "-b",
-                 f"{offered_mbps}M", "-l", str(frame_bytes - ETH_IP_UDP), "-t", str(seconds), "-J",
-                 timeout=seconds + 30)
+        out = sh(
+            "ip",
+            "netns",
+            "exec",
+            f"{t}a",
+            "iperf3",
+            "-c",
+            "10.99.0.2",
+            "-p",
+            "5299",
+            "-u",
+            "-b",
+            f"{offered_mbps}M",
+            "-l",
+            str(frame_bytes - ETH_IP_UDP),
+            "-t",
+            str(seconds),
+            "-J",
+            timeout=seconds + 30,
+        )
     finally:
         stop.set()
         sampler.join()
@@ -195,22 +296,34 @@ def blast(chain: Chain, frame_bytes: int, offered_mbps: float, seconds: float) -
     dur = end["seconds"]
     qpkts = {k: after[k][2] - before[k][2] for k in keys}  # frames that went through each egress qdisc
     forwards = received * chain.hops
-    return {"frame_bytes": frame_bytes, "offered_mbps": offered_mbps, "received_fps": received / dur,
-            "received_mbps": received * frame_bytes * 8 / dur / 1e6,
-            "loss_fraction": end["lost_packets"] / max(end["packets"], 1),
-            "ovs_cpu_fraction": ovs_cpu / wall, "machine_cpu_fraction": (m1 - m0) / wall / os.cpu_count(),
-            "steal_fraction": (s1 - s0) / wall / os.cpu_count(),
-            "forwards_per_ovs_core_s": forwards / max(ovs_cpu, 1e-9),
-            "forwards_per_machine_core_s": forwards / max(m1 - m0, 1e-9),
-            "egress_qdisc_packets_min": min(qpkts.values()) if qpkts else 0,
-            "received_packets": received, "peak_queue_pkts": peak_backlog[0]}
+    return {
+        "frame_bytes": frame_bytes,
+        "offered_mbps": offered_mbps,
+        "received_fps": received / dur,
+        "received_mbps": received * frame_bytes * 8 / dur / 1e6,
+        "loss_fraction": end["lost_packets"] / max(end["packets"], 1),
+        "ovs_cpu_fraction": ovs_cpu / wall,
+        "machine_cpu_fraction": (m1 - m0) / wall / os.cpu_count(),
+        "steal_fraction": (s1 - s0) / wall / os.cpu_count(),
+        "forwards_per_ovs_core_s": forwards / max(ovs_cpu, 1e-9),
+        "forwards_per_machine_core_s": forwards / max(m1 - m0, 1e-9),
+        "egress_qdisc_packets_min": min(qpkts.values()) if qpkts else 0,
+        "received_packets": received,
+        "peak_queue_pkts": peak_backlog[0],
+    }
 
 
 def run_option(option: str, hops: int, frames: list[int], rate_mbps: float, seconds: float, log) -> list[dict]:
     rows = []
     if option == "kernel" and not kernel_datapath_available():
-        return [{"option": option, "hops": hops, "available": False,
-                 "why": "no openvswitch kernel module on this machine (/sys/module/openvswitch absent)"}]
+        return [
+            {
+                "option": option,
+                "hops": hops,
+                "available": False,
+                "why": "no openvswitch kernel module on this machine (/sys/module/openvswitch absent)",
+            }
+        ]
     for frame in frames:
         chain = Chain(hops, option, 9000, rate_mbps)
         try:
@@ -221,11 +334,17 @@ def run_option(option: str, hops: int, frames: list[int], rate_mbps: float, seco
             mid = chain.forward_ports[len(chain.forward_ports) // 2]
             chain.shape(mid, 50.0)
             s = blast(chain, frame, 150.0, min(seconds, 3.0))
-            r.update(option=option, hops=hops, available=True, rate_mbps=rate_mbps,
-                     shaped_mbps=50.0, shaped_received_mbps=s["received_mbps"],
-                     shaping_honoured=s["received_mbps"] <= 50.0 * 1.05 and s["peak_queue_pkts"] > 0,
-                     shaped_peak_queue_pkts=s["peak_queue_pkts"],
-                     qdisc_saw_every_frame=r["egress_qdisc_packets_min"] >= 0.99 * r["received_packets"])
+            r.update(
+                option=option,
+                hops=hops,
+                available=True,
+                rate_mbps=rate_mbps,
+                shaped_mbps=50.0,
+                shaped_received_mbps=s["received_mbps"],
+                shaping_honoured=s["received_mbps"] <= 50.0 * 1.05 and s["peak_queue_pkts"] > 0,
+                shaped_peak_queue_pkts=s["peak_queue_pkts"],
+                qdisc_saw_every_frame=r["egress_qdisc_packets_min"] >= 0.99 * r["received_packets"],
+            )
         except Exception as exc:  # one option failing must not hide the others
             r = {"option": option, "hops": hops, "frame_bytes": frame, "available": False, "why": str(exc)[:300]}
         finally:
@@ -239,8 +358,12 @@ def main() -> int:
     ap.add_argument("--options", default=",".join(OPTIONS), help=f"comma-separated, of {', '.join(OPTIONS)}")
     ap.add_argument("--hops", default="2,3", help="switches on the path (default 2,3)")
     ap.add_argument("--frames", default="1024,4096", help="frame sizes in bytes (default 1024,4096)")
-    ap.add_argument("--rate-mbps", type=float, default=1000.0,
-                    help="link rate of every shaped switch port and the offered load (default 1000)")
+    ap.add_argument(
+        "--rate-mbps",
+        type=float,
+        default=1000.0,
+        help="link rate of every shaped switch port and the offered load (default 1000)",
+    )
     ap.add_argument("--seconds", type=float, default=4.0, help="per measurement (default 4)")
     ap.add_argument("--json", action="store_true")
     args = ap.parse_args()
@@ -273,27 +396,38 @@ def main() -> int:
     if args.json:
         print(json.dumps(rows, indent=1))
         return 0
-    base = {(r["hops"], r["frame_bytes"]): r["forwards_per_ovs_core_s"] for r in rows
-            if r.get("available") and r["option"] == "system"}
-    print("| option | switches | frame B | received frames/s | loss | ovs-vswitchd core | machine cores | "
-          "forwards per ovs core-s | vs system | shaping honoured (50 Mb/s shaper, 150 offered) |")
+    base = {
+        (r["hops"], r["frame_bytes"]): r["forwards_per_ovs_core_s"]
+        for r in rows
+        if r.get("available") and r["option"] == "system"
+    }
+    print(
+        "| option | switches | frame B | received frames/s | loss | ovs-vswitchd core | machine cores | "
+        "forwards per ovs core-s | vs system | shaping honoured (50 Mb/s shaper, 150 offered) |"
+    )
     print("|---|---|---|---|---|---|---|---|---|---|")
     for r in rows:
         if not r.get("available"):
-            print(f"| {r['option']} | {r['hops']} | {r.get('frame_bytes', '—')} | not available: {r['why']} "
-                  f"| | | | | | |")
+            print(
+                f"| {r['option']} | {r['hops']} | {r.get('frame_bytes', '—')} | not available: {r['why']} | | | | | | |"
+            )
             continue
-        ratio = r["forwards_per_ovs_core_s"] / base[(r["hops"], r["frame_bytes"])] \
-            if (r["hops"], r["frame_bytes"]) in base else float("nan")
+        ratio = (
+            r["forwards_per_ovs_core_s"] / base[(r["hops"], r["frame_bytes"])]
+            if (r["hops"], r["frame_bytes"]) in base
+            else float("nan")
+        )
         # an idle ovs-vswitchd forwarded nothing itself (the frames took the XDP fast path around it):
         # a per-core rate over ~0 CPU means nothing, so say so instead of printing it
         idle = r["ovs_cpu_fraction"] < 0.05
         rate = "— (ovs idle: frames did not cross it)" if idle else f"{r['forwards_per_ovs_core_s']:,.0f}"
-        print(f"| {r['option']} | {r['hops']} | {r['frame_bytes']} | {r['received_fps']:,.0f} | "
-              f"{100 * r['loss_fraction']:.1f} % | {r['ovs_cpu_fraction']:.2f} | "
-              f"{2 * r['machine_cpu_fraction']:.2f} | {rate} | {'—' if idle else f'{ratio:.2f}×'} | "
-              f"{'yes' if r['shaping_honoured'] else 'NO'} ({r['shaped_received_mbps']:.0f} Mb/s received, "
-              f"peak queue {r['shaped_peak_queue_pkts']} pkts) |")
+        print(
+            f"| {r['option']} | {r['hops']} | {r['frame_bytes']} | {r['received_fps']:,.0f} | "
+            f"{100 * r['loss_fraction']:.1f} % | {r['ovs_cpu_fraction']:.2f} | "
+            f"{2 * r['machine_cpu_fraction']:.2f} | {rate} | {'—' if idle else f'{ratio:.2f}×'} | "
+            f"{'yes' if r['shaping_honoured'] else 'NO'} ({r['shaped_received_mbps']:.0f} Mb/s received, "
+            f"peak queue {r['shaped_peak_queue_pkts']} pkts) |"
+        )
     return 0
 
 

@@ -15,8 +15,12 @@ import statistics
 import tempfile
 import time
 
-DEFAULT = ("zcube:n=4", "zcube:n=8", "roft:gpus=16,gpus_per_server=4,segments=2",
-           "roft:gpus=64,gpus_per_server=8,segments=2")
+DEFAULT = (
+    "zcube:n=4",
+    "zcube:n=8",
+    "roft:gpus=16,gpus_per_server=4,segments=2",
+    "roft:gpus=64,gpus_per_server=8,segments=2",
+)
 
 
 def zlab_bringup(spec: str) -> dict:
@@ -30,11 +34,16 @@ def zlab_bringup(spec: str) -> dict:
             per_switch = [len(v["entries"]) + 2 for v in flows.values()]
             reach = live.reach
         t = live.timings_s
-    return {"build_s": t["build_total"], "tables_s": t["tables_installed"], "reachable_s": t["reachability"],
-            "ready_s": t["build_total"] + t["tables_installed"] + t["reachability"], "teardown_s": t["teardown"],
-            "pairs": reach["pairs"], "reachable": reach["reachable"],
-            "entries_per_switch": {"min": min(per_switch), "median": statistics.median(per_switch),
-                                   "max": max(per_switch)}}
+    return {
+        "build_s": t["build_total"],
+        "tables_s": t["tables_installed"],
+        "reachable_s": t["reachability"],
+        "ready_s": t["build_total"] + t["tables_installed"] + t["reachability"],
+        "teardown_s": t["teardown"],
+        "pairs": reach["pairs"],
+        "reachable": reach["reachable"],
+        "entries_per_switch": {"min": min(per_switch), "median": statistics.median(per_switch), "max": max(per_switch)},
+    }
 
 
 def plain_mininet(spec: str) -> dict:
@@ -53,12 +62,23 @@ def plain_mininet(spec: str) -> dict:
     for g in fab.gpus:
         net.addHost(g.name, ip=None)
     for sw in fab.switches:
-        net.addSwitch(sw.name, cls=OVSSwitch, dpid=f"{sw.dpid:016x}", failMode="standalone",
-                      datapath="user" if datapath() == "netdev" else "kernel")
+        net.addSwitch(
+            sw.name,
+            cls=OVSSwitch,
+            dpid=f"{sw.dpid:016x}",
+            failMode="standalone",
+            datapath="user" if datapath() == "netdev" else "kernel",
+        )
     for l in fab.links:
         pa, pb = fab.ports[l.a], fab.ports[l.b]
-        net.addLink(net.get(fab.nodes[pa.node].name), net.get(fab.nodes[pb.node].name),
-                    port1=pa.number, port2=pb.number, intfName1=pa.name, intfName2=pb.name)
+        net.addLink(
+            net.get(fab.nodes[pa.node].name),
+            net.get(fab.nodes[pb.node].name),
+            port1=pa.number,
+            port2=pb.number,
+            intfName1=pa.name,
+            intfName2=pb.name,
+        )
     try:
         net.build()
         net.start()
@@ -82,14 +102,18 @@ def main() -> None:
     if args.json:
         print(json.dumps(rows, indent=2))
         return
-    print(f"{'fabric':<44} {'build':>6} {'tables':>7} {'reach':>6} {'ready':>6} {'down':>5} {'entries/sw':>12}"
-          f" {'pairs':>9} | {'plain up':>8} {'down':>5} {'ratio':>6}")
+    print(
+        f"{'fabric':<44} {'build':>6} {'tables':>7} {'reach':>6} {'ready':>6} {'down':>5} {'entries/sw':>12}"
+        f" {'pairs':>9} | {'plain up':>8} {'down':>5} {'ratio':>6}"
+    )
     for r in rows:
         z, p = r["zlab"], r["plain_mininet"]
         e = z["entries_per_switch"]
-        print(f"{r['spec']:<44} {z['build_s']:>6.1f} {z['tables_s']:>7.1f} {z['reachable_s']:>6.1f} {z['ready_s']:>6.1f}"
-              f" {z['teardown_s']:>5.1f} {e['min']:>4}-{e['max']:<7} {z['reachable']:>4}/{z['pairs']:<4} |"
-              f" {p['ready_s']:>8.1f} {p['teardown_s']:>5.1f} {r['ready_ratio']:>5.1f}x")
+        print(
+            f"{r['spec']:<44} {z['build_s']:>6.1f} {z['tables_s']:>7.1f} {z['reachable_s']:>6.1f} {z['ready_s']:>6.1f}"
+            f" {z['teardown_s']:>5.1f} {e['min']:>4}-{e['max']:<7} {z['reachable']:>4}/{z['pairs']:<4} |"
+            f" {p['ready_s']:>8.1f} {p['teardown_s']:>5.1f} {r['ready_ratio']:>5.1f}x"
+        )
     print("\nseconds; ready = build + tables installed + all pairs reachable; ratio = zlab ready / plain Mininet up")
 
 

@@ -31,9 +31,17 @@ def one(spec: str) -> dict:
     t2 = time.perf_counter()
     res = estimate(fab, pattern(fab, "rank-shifted"))
     t3 = time.perf_counter()
-    return {"spec": spec, "gpus": fab.n_gpus, "build_s": t1 - t0, "validate_s": t2 - t1, "load_s": t3 - t2,
-            "total_s": t3 - t0, "valid": rep.ok, "max_link_util": float(res.util.max()),
-            "peak_rss_mib": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024}
+    return {
+        "spec": spec,
+        "gpus": fab.n_gpus,
+        "build_s": t1 - t0,
+        "validate_s": t2 - t1,
+        "load_s": t3 - t2,
+        "total_s": t3 - t0,
+        "valid": rep.ok,
+        "max_link_util": float(res.util.max()),
+        "peak_rss_mib": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024,
+    }
 
 
 def networkx_baseline(spec: str) -> dict:
@@ -77,8 +85,12 @@ def networkx_baseline(spec: str) -> dict:
         p = best[(a, b)]
         for u, v in zip(p, p[1:]):
             load[(u, v)] = load.get((u, v), 0) + 1
-    return {"spec": spec, "networkx_s": time.perf_counter() - t0, "diameter_switches": diameter,
-            "avg_path_links": total / pairs}
+    return {
+        "spec": spec,
+        "networkx_s": time.perf_counter() - t0,
+        "diameter_switches": diameter,
+        "avg_path_links": total / pairs,
+    }
 
 
 def child(spec: str, fn: str) -> dict:
@@ -99,21 +111,33 @@ def main() -> None:
     cmp = []
     for spec in MEDIUM:
         model, nxr = child(spec, "one"), child(spec, "nx")
-        cmp.append({"spec": spec, "model_s": model["total_s"], "networkx_s": nxr["networkx_s"],
-                    "speedup": nxr["networkx_s"] / model["total_s"]})
+        cmp.append(
+            {
+                "spec": spec,
+                "model_s": model["total_s"],
+                "networkx_s": nxr["networkx_s"],
+                "speedup": nxr["networkx_s"] / model["total_s"],
+            }
+        )
     if args.json:
         print(json.dumps({"large": rows, "vs_networkx": cmp}, indent=2))
         return
-    print(f"{'spec':<28} {'GPUs':>6} {'build s':>8} {'validate s':>10} {'load s':>7} {'total s':>8} {'peak MiB':>9}  target <10 s, <2048 MiB")
+    print(
+        f"{'spec':<28} {'GPUs':>6} {'build s':>8} {'validate s':>10} {'load s':>7} {'total s':>8} {'peak MiB':>9}  target <10 s, <2048 MiB"
+    )
     for r in rows:
         ok = r["total_s"] < 10 and r["peak_rss_mib"] < 2048 and r["valid"]
-        print(f"{r['spec']:<28} {r['gpus']:>6} {r['build_s']:>8.2f} {r['validate_s']:>10.2f} {r['load_s']:>7.2f}"
-              f" {r['total_s']:>8.2f} {r['peak_rss_mib']:>9.0f}  {'met' if ok else 'MISSED'}")
+        print(
+            f"{r['spec']:<28} {r['gpus']:>6} {r['build_s']:>8.2f} {r['validate_s']:>10.2f} {r['load_s']:>7.2f}"
+            f" {r['total_s']:>8.2f} {r['peak_rss_mib']:>9.0f}  {'met' if ok else 'MISSED'}"
+        )
     print()
     print(f"{'spec':<28} {'model s':>8} {'networkx s':>10} {'speedup':>8}  target >= 20x")
     for c in cmp:
-        print(f"{c['spec']:<28} {c['model_s']:>8.2f} {c['networkx_s']:>10.2f} {c['speedup']:>7.1f}x  "
-              f"{'met' if c['speedup'] >= 20 else 'MISSED'}")
+        print(
+            f"{c['spec']:<28} {c['model_s']:>8.2f} {c['networkx_s']:>10.2f} {c['speedup']:>7.1f}x  "
+            f"{'met' if c['speedup'] >= 20 else 'MISSED'}"
+        )
 
 
 if __name__ == "__main__":

@@ -28,16 +28,22 @@ def loopback(rate_bps=1e9, size=200_000_000) -> dict:
 
     tag = f"zb{os.getpid() % 10000}"
     a_ns, b_ns = f"{tag}a", f"{tag}b"
-    sh(f"ip netns add {a_ns}; ip netns add {b_ns}; ip link add {tag}a0 type veth peer name {tag}b0; "
-       f"ip link set {tag}a0 netns {a_ns}; ip link set {tag}b0 netns {b_ns}")
+    sh(
+        f"ip netns add {a_ns}; ip netns add {b_ns}; ip link add {tag}a0 type veth peer name {tag}b0; "
+        f"ip link set {tag}a0 netns {a_ns}; ip link set {tag}b0 netns {b_ns}"
+    )
     holders = []
     try:
         for ns, dev in ((a_ns, f"{tag}a0"), (b_ns, f"{tag}b0")):
             sh(f"ip netns exec {ns} ip link set {dev} mtu 9000 up")
-            sh(f"ip netns exec {ns} nft add table inet zlab && ip netns exec {ns} nft add chain inet zlab input "
-               f"'{{ type filter hook input priority 0; }}' && ip netns exec {ns} nft add rule inet zlab input udp dport 4791 drop")
-            sh(f"ip netns exec {ns} tc qdisc replace dev {dev} root handle 1: htb default 1 && ip netns exec {ns} "
-               f"tc class replace dev {dev} parent 1: classid 1:1 htb rate {int(rate_bps)}bit burst 90000 quantum 9014")
+            sh(
+                f"ip netns exec {ns} nft add table inet zlab && ip netns exec {ns} nft add chain inet zlab input "
+                f"'{{ type filter hook input priority 0; }}' && ip netns exec {ns} nft add rule inet zlab input udp dport 4791 drop"
+            )
+            sh(
+                f"ip netns exec {ns} tc qdisc replace dev {dev} root handle 1: htb default 1 && ip netns exec {ns} "
+                f"tc class replace dev {dev} parent 1: classid 1:1 htb rate {int(rate_bps)}bit burst 90000 quantum 9014"
+            )
             holders.append(subprocess.Popen(["ip", "netns", "exec", ns, "sleep", "120"]))
         time.sleep(0.3)
         agent = Agent()
@@ -51,9 +57,15 @@ def loopback(rate_bps=1e9, size=200_000_000) -> dict:
         rec = agent.done[0]
         agent.close()
         pkts = rec["packets"]
-        return {"offered_mbps": rate_bps / 1e6, "wall_s": wall, "agent_cpu_s": agent.cpu_s,
-                "pps": pkts / wall, "goodput_mbps": size * 8 / wall / 1e6,
-                "pps_per_core": pkts / agent.cpu_s, "mbps_per_core": size * 8 / agent.cpu_s / 1e6}
+        return {
+            "offered_mbps": rate_bps / 1e6,
+            "wall_s": wall,
+            "agent_cpu_s": agent.cpu_s,
+            "pps": pkts / wall,
+            "goodput_mbps": size * 8 / wall / 1e6,
+            "pps_per_core": pkts / agent.cpu_s,
+            "mbps_per_core": size * 8 / agent.cpu_s / 1e6,
+        }
     finally:
         for h in holders:
             h.kill()
@@ -68,16 +80,17 @@ def vswitchd_cpu_s() -> float:
 
 def fabric() -> dict:
     from testbed.emulation import probes
+    from testbed.emulation.agents import port_spec, send_message, transfer_ports
+    from testbed.emulation.calibrate import iperf3_udp
     from testbed.emulation.config import EmulationConfig
     from testbed.emulation.up import LiveFabric
     from traffic.agent import Agent
-    from testbed.emulation.calibrate import iperf3_udp
-    from testbed.emulation.agents import port_spec, send_message, transfer_ports
 
     out = {}
     with tempfile.TemporaryDirectory() as d:
-        with LiveFabric("zcube:n=4,gpus_per_server=4", EmulationConfig(mtu_bytes=9000), results_dir=d,
-                        log=lambda *_: None) as f:
+        with LiveFabric(
+            "zcube:n=4,gpus_per_server=4", EmulationConfig(mtu_bytes=9000), results_dir=d, log=lambda *_: None
+        ) as f:
             live = probes.LiveRun(f.dir)
             recs, _ = send_message(live, "g0-p0", "g5", 4_000_000)
             r = recs[0]
@@ -100,10 +113,16 @@ def fabric() -> dict:
             ovs = vswitchd_cpu_s() - ovs0
             pkts = sum(x["packets"] for x in agent.done)
             mbits = 8 * size * 8 / 1e6
-            out["all_ports"] = {"qps": len(agent.conns), "wall_s": wall, "aggregate_goodput_mbps": mbits / wall,
-                                "pps": pkts / wall, "agent_cpu_fraction": agent.cpu_s / wall,
-                                "ovs_cpu_fraction": ovs / wall, "agent_cpu_ms_per_mbit": 1e3 * agent.cpu_s / mbits,
-                                "retransmits": sum(x["qp_retransmits"] for x in agent.done)}
+            out["all_ports"] = {
+                "qps": len(agent.conns),
+                "wall_s": wall,
+                "aggregate_goodput_mbps": mbits / wall,
+                "pps": pkts / wall,
+                "agent_cpu_fraction": agent.cpu_s / wall,
+                "ovs_cpu_fraction": ovs / wall,
+                "agent_cpu_ms_per_mbit": 1e3 * agent.cpu_s / mbits,
+                "retransmits": sum(x["qp_retransmits"] for x in agent.done),
+            }
             agent.close()
     return out
 
@@ -117,14 +136,20 @@ def main():
         print(json.dumps(res, indent=2))
         return
     lb, fb = res["loopback"], res["fabric"]
-    print(f"loopback (veth, no OVS), offered {lb['offered_mbps']:.0f} Mb/s: {lb['goodput_mbps']:.0f} Mb/s, "
-          f"{lb['pps']:.0f} packets/s; per agent core {lb['pps_per_core']:.0f} packets/s = {lb['mbps_per_core']:.0f} Mb/s")
-    print(f"fabric ZCube(4,2), 20 Mb/s ports: one port {fb['one_port_goodput_mbps']:.2f} Mb/s "
-          f"(iperf3 UDP {fb['iperf3_udp_goodput_mbps']:.2f}); 50/50 split {fb['split_goodput_mbps']:.2f} Mb/s of 40")
+    print(
+        f"loopback (veth, no OVS), offered {lb['offered_mbps']:.0f} Mb/s: {lb['goodput_mbps']:.0f} Mb/s, "
+        f"{lb['pps']:.0f} packets/s; per agent core {lb['pps_per_core']:.0f} packets/s = {lb['mbps_per_core']:.0f} Mb/s"
+    )
+    print(
+        f"fabric ZCube(4,2), 20 Mb/s ports: one port {fb['one_port_goodput_mbps']:.2f} Mb/s "
+        f"(iperf3 UDP {fb['iperf3_udp_goodput_mbps']:.2f}); 50/50 split {fb['split_goodput_mbps']:.2f} Mb/s of 40"
+    )
     a = fb["all_ports"]
-    print(f"fabric, {a['qps']} QPs at once: {a['aggregate_goodput_mbps']:.1f} Mb/s, {a['pps']:.0f} packets/s, "
-          f"agent {100 * a['agent_cpu_fraction']:.0f} % of a core ({a['agent_cpu_ms_per_mbit']:.2f} ms CPU per Mbit), "
-          f"ovs-vswitchd {100 * a['ovs_cpu_fraction']:.0f} % of a core, retransmits {a['retransmits']}")
+    print(
+        f"fabric, {a['qps']} QPs at once: {a['aggregate_goodput_mbps']:.1f} Mb/s, {a['pps']:.0f} packets/s, "
+        f"agent {100 * a['agent_cpu_fraction']:.0f} % of a core ({a['agent_cpu_ms_per_mbit']:.2f} ms CPU per Mbit), "
+        f"ovs-vswitchd {100 * a['ovs_cpu_fraction']:.0f} % of a core, retransmits {a['retransmits']}"
+    )
 
 
 if __name__ == "__main__":

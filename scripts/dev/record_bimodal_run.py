@@ -18,8 +18,15 @@ from pathlib import Path
 
 REPO = Path(__file__).resolve().parents[2]
 DEST = REPO / "tests" / "data" / "bimodal-run"
-ARGS = ["--set", "workload.requests=8", "--set", "repeats=4", "--set",
-        'fabrics={"roft": "roft:gpus=16,gpus_per_server=4,segments=2"}', "--no-progress"]
+ARGS = [
+    "--set",
+    "workload.requests=8",
+    "--set",
+    "repeats=4",
+    "--set",
+    'fabrics={"roft": "roft:gpus=16,gpus_per_server=4,segments=2"}',
+    "--no-progress",
+]
 README = """# bimodal-run: ROFT over four ECMP draws, for the offline "what a draw does" tests
 
 Recorded on this project's machine kind by `scripts/dev/record_bimodal_run.py` (`zlab run {args}`):

@@ -34,9 +34,11 @@ def blocks(path: Path, text: str | None = None) -> list[Block]:
 
 def replace(text: str, render) -> str:
     """Text with every block's body replaced by render(name) (None leaves a block as it is)."""
+
     def sub(m: re.Match) -> str:
         body = render(m["name"])
         if body is None:
             return m.group(0)
         return f"<!-- figure:{m['name']} -->\n{body.rstrip()}\n<!-- /figure -->"
+
     return BLOCK.sub(sub, text)

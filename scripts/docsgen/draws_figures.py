@@ -29,19 +29,28 @@ def bimodal() -> str:
         shutil.copytree(REPO / "tests" / "data" / "bimodal-run", run)
         m = report.build(run)
     fabs = m["fabrics"]
-    rows = ["| repeat | ECMP collision | KV p50 / p99 (real ms) | max offered util | max queueing (real µs) | verdict |",
-            "|---|---|---|---|---|---|"]
+    rows = [
+        "| repeat | ECMP collision | KV p50 / p99 (real ms) | max offered util | max queueing (real µs) | verdict |",
+        "|---|---|---|---|---|---|",
+    ]
     for r in fabs["roft"]["repeats"]:
         kv, q = r["kv_transfer_real_s"], r["queue_delay_max_real_s"]
-        rows.append(f"| {r['repeat']} | {'yes' if r['ecmp_collision'] else 'no'} | {1e3 * kv['p50']:.2f} / "
-                    f"{1e3 * kv['p99']:.2f} | {r['max_offered_util']:.2f} | {'—' if q is None else f'{1e6 * q:.0f}'} | "
-                    f"{'valid' if r['fidelity']['valid'] else 'INVALID'} |")
+        rows.append(
+            f"| {r['repeat']} | {'yes' if r['ecmp_collision'] else 'no'} | {1e3 * kv['p50']:.2f} / "
+            f"{1e3 * kv['p99']:.2f} | {r['max_offered_util']:.2f} | {'—' if q is None else f'{1e6 * q:.0f}'} | "
+            f"{'valid' if r['fidelity']['valid'] else 'INVALID'} |"
+        )
     return "\n".join(md.draw_section(fabs, list(fabs))[5:] + [""] + rows)
 
 
 def precision() -> str:
-    out = subprocess.run([str(REPO / ".venv/bin/zlab"), "run", "--dry-run", "--precision", "0.1"], cwd=REPO,
-                         capture_output=True, text=True, check=True).stdout
+    out = subprocess.run(
+        [str(REPO / ".venv/bin/zlab"), "run", "--dry-run", "--precision", "0.1"],
+        cwd=REPO,
+        capture_output=True,
+        text=True,
+        check=True,
+    ).stdout
     return "\n".join(line for line in out.splitlines() if "precision" in line)
 
 

@@ -16,25 +16,33 @@ from .runtable import HEADLINE, draws_table, run_table
 
 ZLAB = ".venv/bin/zlab"
 PY = ".venv/bin/python"
-LAYOUT_SPECS = ["zcube:n=32,gpus_per_server=8", "roft:gpus=1024,gpus_per_server=8,radix=64,tiers=2",
-                "roft:gpus=1024,gpus_per_server=8,radix=32,tiers=3", "zcube:n=128,gpus_per_server=8",
-                "roft:gpus=16384,gpus_per_server=8,radix=256,tiers=2",
-                "roft:gpus=16384,gpus_per_server=8,radix=128,tiers=3"]
-MULTIPLANE_SPECS = ["zcube-planes:planes=2,n=128", "zcube-planes:planes=4,n=128", "zcube-planes:planes=8,n=128",
-                    "zcube-planes:planes=2,n=184,assign=nic"]
+LAYOUT_SPECS = [
+    "zcube:n=32,gpus_per_server=8",
+    "roft:gpus=1024,gpus_per_server=8,radix=64,tiers=2",
+    "roft:gpus=1024,gpus_per_server=8,radix=32,tiers=3",
+    "zcube:n=128,gpus_per_server=8",
+    "roft:gpus=16384,gpus_per_server=8,radix=256,tiers=2",
+    "roft:gpus=16384,gpus_per_server=8,radix=128,tiers=3",
+]
+MULTIPLANE_SPECS = [
+    "zcube-planes:planes=2,n=128",
+    "zcube-planes:planes=4,n=128",
+    "zcube-planes:planes=8,n=128",
+    "zcube-planes:planes=2,n=184,assign=nic",
+]
 
 
 @dataclass(frozen=True)
 class Figure:
     name: str
     what: str
-    argv: tuple[str, ...] = ()      # the producing command of a record figure
-    root: bool = False              # needs root: measured under flock /tmp/zlab-heavy.lock
-    heavy: bool = False             # no root, but minutes of CPU: measured under the same lock
-    fmt: str = "text"               # how a measured record's output is shown: text (a code block) or markdown
-    run: str | None = None          # a shipped run folder, for run figures
+    argv: tuple[str, ...] = ()  # the producing command of a record figure
+    root: bool = False  # needs root: measured under flock /tmp/zlab-heavy.lock
+    heavy: bool = False  # no root, but minutes of CPU: measured under the same lock
+    fmt: str = "text"  # how a measured record's output is shown: text (a code block) or markdown
+    run: str | None = None  # a shipped run folder, for run figures
     keys: tuple[str, ...] | None = None
-    table: str | None = None        # a run figure drawn by "draws" (what a draw does) or referee_tables.TABLES[table]
+    table: str | None = None  # a run figure drawn by "draws" (what a draw does) or referee_tables.TABLES[table]
     timeout_s: float = 900
 
     @property
@@ -42,79 +50,194 @@ class Figure:
         return " ".join(self.argv)
 
 
-FIGURES = {f.name: f for f in [
-    Figure("fabric-show", "a fabric's counts, diameter and validation", (ZLAB, "fabric", "show", "zcube:n=4,gpus_per_server=4")),
-    Figure("cost", "switch, cable and optics inventory and cost at 1,024 and 16,384 GPUs",
-           (ZLAB, "cost", "--gpus", "1024,16384")),
-    Figure("load-matrix", "flow-level max link utilisation per fabric and pattern over 20 draws",
-           (PY, "scripts/docsgen/load_matrix.py"), fmt="markdown"),
-    Figure("fabric-model-bench", "model build, validate and load time and memory; speed-up over networkx",
-           (PY, "scripts/bench/fabric_model.py")),
-    Figure("resilience-1024", "every single failure at 1,024 GPUs, per repair policy",
-           (ZLAB, "resilience", "zcube:n=32,gpus_per_server=8", "roft:gpus=1024,gpus_per_server=8,radix=32,tiers=3")),
-    Figure("resilience-16384", "100 sampled single failures at 16,384 GPUs, per repair policy",
-           (ZLAB, "resilience", "zcube:n=128,gpus_per_server=8", "roft:gpus=16384,gpus_per_server=8,radix=128",
-            "--sample", "100", "--seed", "0")),
-    Figure("layout", "machine-room layouts of three fabrics at 1,024 and 16,384 GPUs",
-           (ZLAB, "layout", *LAYOUT_SPECS)),
-    Figure("multiplane", "multi-plane ZCube at 32,768 to 131,072 GPUs",
-           (ZLAB, "multiplane", *MULTIPLANE_SPECS)),
-    Figure("test-suite", "the whole test suite's size and duration", ("bash", "scripts/test.sh"), root=True,
-           timeout_s=3600),
-    Figure("provision", "provisioning time, fresh and repeated", ("bash", "scripts/provision.sh"), root=True),
-    Figure("emulation-bench", "bring-up, reachability and teardown times against plain Mininet",
-           (PY, "scripts/bench/emulation.py"), root=True),
-    Figure("datapath-bench", "OVS datapath options: forwarding rate per core and whether shaping holds",
-           (PY, "scripts/bench/datapath.py"), root=True, fmt="markdown"),
-    Figure("transport-bench", "transport goodput and agent cost", (PY, "scripts/bench/transport.py"), root=True),
-    Figure("capacity", "switch forwards and agent frames per core-second at five link rates",
-           (ZLAB, "doctor", "--capacity"), root=True),
-    Figure("machine-steal", "hypervisor steal and what it does to a replay", (), root=True, fmt="markdown"),
-    Figure("queue-faithful", "the queue-faithful preset's run on this machine",
-           (ZLAB, "run", "--preset", "queue-faithful", "--budget-s", "900"), root=True,
-           timeout_s=1800),
-    Figure("failures-compare", "injected failures: detection, install and recovery per fabric",
-           (PY, "scripts/failures_compare.py"), root=True, timeout_s=7200),
-    Figure("referee-oracles", "the queueing oracles in ns-3, both link models, with and without the NIC pacer",
-           (PY, "scripts/docsgen/referee_figures.py", "oracles"), fmt="markdown"),
-    Figure("referee-link-model", "the mini-run refereed with ns-3's serialising links and with the bucket",
-           (PY, "scripts/docsgen/referee_figures.py", "link-model"), fmt="markdown"),
-    Figure("referee-baseline", "ns-3's TCP beside zlab's transport on the mini-run",
-           (PY, "scripts/docsgen/referee_figures.py", "baseline"), fmt="markdown"),
-    Figure("referee-routing", "the routing oracle on shipped, three-tier, old-hash and shuffled tables",
-           (PY, "scripts/docsgen/referee_figures.py", "routing"), fmt="markdown"),
-    Figure("referee-same", "the referee's reference runs at the emulation's scale", run="results/reference/referee",
-           table="referee-same"),
-    Figure("referee-real", "the referee's reference runs at real scale", run="results/reference/referee",
-           table="referee-real"),
-    Figure("dev-check-time", "the fast loop's wall time, steps and tests", (PY, "scripts/docsgen/timing.py", "check"),
-           heavy=True),
-    Figure("dev-unit-time", "the whole unit tier's wall time, serially", (PY, "scripts/docsgen/timing.py", "unit"),
-           heavy=True, timeout_s=1800),
-    Figure("longest-functions", "the ten longest functions of testbed, controllers and traffic",
-           (PY, "scripts/dev/longest_functions.py", "--top", "10")),
-    Figure("default-run", "the default comparison, every headline metric", run="results/reference/default-run"),
-    Figure("default-run-headline", "the default comparison, KV completion and TTFT",
-           run="results/reference/default-run", keys=HEADLINE),
-    Figure("default-run-draws", "the default comparison: what an ECMP draw does, per fabric",
-           run="results/reference/default-run", table="draws"),
-    Figure("bimodal-run-draws", "the recorded bimodal run (tests/data/bimodal-run): modes and every repeat",
-           (PY, "scripts/docsgen/draws_figures.py", "bimodal"), fmt="markdown"),
-    Figure("precision-draws", "the planner's number of draws for a stated precision on the default spec",
-           (PY, "scripts/docsgen/draws_figures.py", "precision")),
-]}
+FIGURES = {
+    f.name: f
+    for f in [
+        Figure(
+            "fabric-show",
+            "a fabric's counts, diameter and validation",
+            (ZLAB, "fabric", "show", "zcube:n=4,gpus_per_server=4"),
+        ),
+        Figure(
+            "cost",
+            "switch, cable and optics inventory and cost at 1,024 and 16,384 GPUs",
+            (ZLAB, "cost", "--gpus", "1024,16384"),
+        ),
+        Figure(
+            "load-matrix",
+            "flow-level max link utilisation per fabric and pattern over 20 draws",
+            (PY, "scripts/docsgen/load_matrix.py"),
+            fmt="markdown",
+        ),
+        Figure(
+            "fabric-model-bench",
+            "model build, validate and load time and memory; speed-up over networkx",
+            (PY, "scripts/bench/fabric_model.py"),
+        ),
+        Figure(
+            "resilience-1024",
+            "every single failure at 1,024 GPUs, per repair policy",
+            (ZLAB, "resilience", "zcube:n=32,gpus_per_server=8", "roft:gpus=1024,gpus_per_server=8,radix=32,tiers=3"),
+        ),
+        Figure(
+            "resilience-16384",
+            "100 sampled single failures at 16,384 GPUs, per repair policy",
+            (
+                ZLAB,
+                "resilience",
+                "zcube:n=128,gpus_per_server=8",
+                "roft:gpus=16384,gpus_per_server=8,radix=128",
+                "--sample",
+                "100",
+                "--seed",
+                "0",
+            ),
+        ),
+        Figure(
+            "layout", "machine-room layouts of three fabrics at 1,024 and 16,384 GPUs", (ZLAB, "layout", *LAYOUT_SPECS)
+        ),
+        Figure("multiplane", "multi-plane ZCube at 32,768 to 131,072 GPUs", (ZLAB, "multiplane", *MULTIPLANE_SPECS)),
+        Figure(
+            "test-suite",
+            "the whole test suite's size and duration",
+            ("bash", "scripts/test.sh"),
+            root=True,
+            timeout_s=3600,
+        ),
+        Figure("provision", "provisioning time, fresh and repeated", ("bash", "scripts/provision.sh"), root=True),
+        Figure(
+            "emulation-bench",
+            "bring-up, reachability and teardown times against plain Mininet",
+            (PY, "scripts/bench/emulation.py"),
+            root=True,
+        ),
+        Figure(
+            "datapath-bench",
+            "OVS datapath options: forwarding rate per core and whether shaping holds",
+            (PY, "scripts/bench/datapath.py"),
+            root=True,
+            fmt="markdown",
+        ),
+        Figure("transport-bench", "transport goodput and agent cost", (PY, "scripts/bench/transport.py"), root=True),
+        Figure(
+            "capacity",
+            "switch forwards and agent frames per core-second at five link rates",
+            (ZLAB, "doctor", "--capacity"),
+            root=True,
+        ),
+        Figure("machine-steal", "hypervisor steal and what it does to a replay", (), root=True, fmt="markdown"),
+        Figure(
+            "queue-faithful",
+            "the queue-faithful preset's run on this machine",
+            (ZLAB, "run", "--preset", "queue-faithful", "--budget-s", "900"),
+            root=True,
+            timeout_s=1800,
+        ),
+        Figure(
+            "failures-compare",
+            "injected failures: detection, install and recovery per fabric",
+            (PY, "scripts/failures_compare.py"),
+            root=True,
+            timeout_s=7200,
+        ),
+        Figure(
+            "referee-oracles",
+            "the queueing oracles in ns-3, both link models, with and without the NIC pacer",
+            (PY, "scripts/docsgen/referee_figures.py", "oracles"),
+            fmt="markdown",
+        ),
+        Figure(
+            "referee-link-model",
+            "the mini-run refereed with ns-3's serialising links and with the bucket",
+            (PY, "scripts/docsgen/referee_figures.py", "link-model"),
+            fmt="markdown",
+        ),
+        Figure(
+            "referee-baseline",
+            "ns-3's TCP beside zlab's transport on the mini-run",
+            (PY, "scripts/docsgen/referee_figures.py", "baseline"),
+            fmt="markdown",
+        ),
+        Figure(
+            "referee-routing",
+            "the routing oracle on shipped, three-tier, old-hash and shuffled tables",
+            (PY, "scripts/docsgen/referee_figures.py", "routing"),
+            fmt="markdown",
+        ),
+        Figure(
+            "referee-same",
+            "the referee's reference runs at the emulation's scale",
+            run="results/reference/referee",
+            table="referee-same",
+        ),
+        Figure(
+            "referee-real",
+            "the referee's reference runs at real scale",
+            run="results/reference/referee",
+            table="referee-real",
+        ),
+        Figure(
+            "dev-check-time",
+            "the fast loop's wall time, steps and tests",
+            (PY, "scripts/docsgen/timing.py", "check"),
+            heavy=True,
+        ),
+        Figure(
+            "dev-unit-time",
+            "the whole unit tier's wall time, serially",
+            (PY, "scripts/docsgen/timing.py", "unit"),
+            heavy=True,
+            timeout_s=1800,
+        ),
+        Figure(
+            "longest-functions",
+            "the ten longest functions of testbed, controllers and traffic",
+            (PY, "scripts/dev/longest_functions.py", "--top", "10"),
+        ),
+        Figure("default-run", "the default comparison, every headline metric", run="results/reference/default-run"),
+        Figure(
+            "default-run-headline",
+            "the default comparison, KV completion and TTFT",
+            run="results/reference/default-run",
+            keys=HEADLINE,
+        ),
+        Figure(
+            "default-run-draws",
+            "the default comparison: what an ECMP draw does, per fabric",
+            run="results/reference/default-run",
+            table="draws",
+        ),
+        Figure(
+            "bimodal-run-draws",
+            "the recorded bimodal run (tests/data/bimodal-run): modes and every repeat",
+            (PY, "scripts/docsgen/draws_figures.py", "bimodal"),
+            fmt="markdown",
+        ),
+        Figure(
+            "precision-draws",
+            "the planner's number of draws for a stated precision on the default spec",
+            (PY, "scripts/docsgen/draws_figures.py", "precision"),
+        ),
+    ]
+}
 
 
 def provenance(fig: Figure, rec: dict) -> str:
     when = rec["date"][:10]
-    sha = f"`{(rec.get('git_sha') or '?')[:7]}`" + (" plus uncommitted edits" if str(rec.get("git_sha")).endswith("-dirty") else "")
+    sha = f"`{(rec.get('git_sha') or '?')[:7]}`" + (
+        " plus uncommitted edits" if str(rec.get("git_sha")).endswith("-dirty") else ""
+    )
     if rec.get("transcribed_from"):
         redo = f"`scripts/docs_figures.py measure {fig.name}`" if fig.argv else "no producing command yet"
-        return (f"*Measured {when} on {rec['machine']}; copied from {rec['transcribed_from']}, not yet re-measured"
-                f" ({redo}).*")
+        return (
+            f"*Measured {when} on {rec['machine']}; copied from {rec['transcribed_from']}, not yet re-measured"
+            f" ({redo}).*"
+        )
     took = "" if rec.get("elapsed_s") is None else f", {rec['elapsed_s']:.0f} s"
-    return (f"*Measured {when} on {rec['machine']}, git {sha}{took}: "
-            f"`{rec['command']}` (`scripts/docs_figures.py measure {fig.name}`).*")
+    return (
+        f"*Measured {when} on {rec['machine']}, git {sha}{took}: "
+        f"`{rec['command']}` (`scripts/docs_figures.py measure {fig.name}`).*"
+    )
 
 
 def render(root: Path, name: str) -> str:

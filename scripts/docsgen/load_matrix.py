@@ -1,6 +1,6 @@
 """Producer of the load-matrix figure: flow-level max link utilisation per fabric and pattern over draws.
 
-    .venv/bin/python scripts/docsgen/load_matrix.py     # prints a Markdown table (no root, ~1 min)
+.venv/bin/python scripts/docsgen/load_matrix.py     # prints a Markdown table (no root, ~1 min)
 """
 
 from __future__ import annotations
@@ -15,16 +15,20 @@ from testbed.fabric.load import estimate, pattern  # noqa: E402
 from testbed.measure.stats import ci95  # noqa: E402
 
 SEEDS = range(20)
-FABRICS = [("ZCube(16,2), 256 GPUs", "zcube:n=16"),
-           ("ROFT 256 GPUs, 2 segments", "roft:gpus=256,gpus_per_server=8,segments=2"),
-           ("ROFT 1,024 GPUs, 3 tiers (radix 32)", "roft:gpus=1024,radix=32"),
-           ("ZCube(32,2), 1,024 GPUs", "zcube:n=32")]
+FABRICS = [
+    ("ZCube(16,2), 256 GPUs", "zcube:n=16"),
+    ("ROFT 256 GPUs, 2 segments", "roft:gpus=256,gpus_per_server=8,segments=2"),
+    ("ROFT 1,024 GPUs, 3 tiers (radix 32)", "roft:gpus=1024,radix=32"),
+    ("ZCube(32,2), 1,024 GPUs", "zcube:n=32"),
+]
 PATTERNS = ["rail-aligned", "rank-shifted", "random", "incast"]
 
 
 def main() -> int:
-    print(f"Max link utilisation, every sender at line rate, mean ± 95 % CI [min–max] over {len(SEEDS)} draws "
-          "(each draw: new UDP source ports, and for `random` a new matching):\n")
+    print(
+        f"Max link utilisation, every sender at line rate, mean ± 95 % CI [min–max] over {len(SEEDS)} draws "
+        "(each draw: new UDP source ports, and for `random` a new matching):\n"
+    )
     print("| fabric | " + " | ".join(PATTERNS) + " |")
     print("|---|" + "---|" * len(PATTERNS))
     for name, spec in FABRICS:

@@ -41,8 +41,22 @@ def machine() -> str:
 def git_sha(root: Path) -> str | None:
     r = subprocess.run(["git", "rev-parse", "HEAD"], cwd=root, capture_output=True, text=True)
     # Edits to the pages and records themselves do not change what a producer prints.
-    dirty = subprocess.run(["git", "status", "--porcelain", "--untracked-files=no", "--", ".", ":!results/reference/records",
-                            ":!docs", ":!README.md"], cwd=root, capture_output=True, text=True).stdout.strip()
+    dirty = subprocess.run(
+        [
+            "git",
+            "status",
+            "--porcelain",
+            "--untracked-files=no",
+            "--",
+            ".",
+            ":!results/reference/records",
+            ":!docs",
+            ":!README.md",
+        ],
+        cwd=root,
+        capture_output=True,
+        text=True,
+    ).stdout.strip()
     return (r.stdout.strip() + ("-dirty" if dirty else "")) if r.returncode == 0 else None
 
 
@@ -59,9 +73,15 @@ def measure(root: Path, name: str, argv: list[str], timeout_s: float, lock: str 
         elapsed_s = time.monotonic() - t0
     if r.returncode != 0:
         raise RuntimeError(f"{' '.join(argv)} exited {r.returncode}: {r.stderr.strip()[-500:]}")
-    rec = {"name": name, "command": (f"flock {lock} " if lock else "") + " ".join(argv), "date": dt.datetime.now(dt.timezone.utc).isoformat(timespec="seconds"),
-           "git_sha": git_sha(root), "machine": f"{platform.node() or 'host'}: {machine()}",
-           "elapsed_s": round(elapsed_s, 1), "output": r.stdout}
+    rec = {
+        "name": name,
+        "command": (f"flock {lock} " if lock else "") + " ".join(argv),
+        "date": dt.datetime.now(dt.UTC).isoformat(timespec="seconds"),
+        "git_sha": git_sha(root),
+        "machine": f"{platform.node() or 'host'}: {machine()}",
+        "elapsed_s": round(elapsed_s, 1),
+        "output": r.stdout,
+    }
     p = path(root, name)
     p.parent.mkdir(parents=True, exist_ok=True)
     tmp = p.with_suffix(".tmp")

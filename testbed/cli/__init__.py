@@ -13,24 +13,67 @@ import argparse
 import sys
 
 from ..errors import RuntimeFailure, UserInputError
-from .commands import (capture, clean, compare, controller, cost, destroy, doctor, fabric, inspect, layout, load,
-                       multiplane, referee, report, resilience, route, run, send, sweep, up, verify_paths,
-                       wiring_check)
+from .commands import (
+    capture,
+    clean,
+    compare,
+    controller,
+    cost,
+    destroy,
+    doctor,
+    fabric,
+    inspect,
+    layout,
+    load,
+    multiplane,
+    referee,
+    report,
+    resilience,
+    route,
+    run,
+    send,
+    sweep,
+    up,
+    verify_paths,
+    wiring_check,
+)
 from .options import EPILOG_SPECS
 
 # lab (root, live fabrics), model (no root), experiment, referee: the order of `zlab -h`
-COMMANDS = (doctor, clean, up, inspect, destroy, controller, wiring_check, verify_paths, send, capture,
-            fabric, route, cost, load, resilience, layout, multiplane,
-            run, sweep, compare, report,
-            referee)
+COMMANDS = (
+    doctor,
+    clean,
+    up,
+    inspect,
+    destroy,
+    controller,
+    wiring_check,
+    verify_paths,
+    send,
+    capture,
+    fabric,
+    route,
+    cost,
+    load,
+    resilience,
+    layout,
+    multiplane,
+    run,
+    sweep,
+    compare,
+    report,
+    referee,
+)
 
 
 def build_parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(
-        prog="zlab", formatter_class=argparse.RawDescriptionHelpFormatter,
+        prog="zlab",
+        formatter_class=argparse.RawDescriptionHelpFormatter,
         description="zlab: emulation testbed comparing ZCube and rail-optimized fat-tree fabrics "
-                    "for prefill/decode-disaggregated LLM serving.",
-        epilog=EPILOG_SPECS)
+        "for prefill/decode-disaggregated LLM serving.",
+        epilog=EPILOG_SPECS,
+    )
     sub = p.add_subparsers(dest="command", metavar="COMMAND", required=True)
     for command in COMMANDS:
         command.register(sub)

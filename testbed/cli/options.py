@@ -23,7 +23,11 @@ JSON = _parent()
 JSON.add_argument("--json", action="store_true", help="machine-readable output")
 
 EXPERIMENT = _parent()  # what `zlab run` and `zlab sweep` both take
-EXPERIMENT.add_argument("--set", action="append", metavar="KEY=VALUE",
-                        help="override a spec field, e.g. deployment.mapping=rank-shifted (repeatable)")
+EXPERIMENT.add_argument(
+    "--set",
+    action="append",
+    metavar="KEY=VALUE",
+    help="override a spec field, e.g. deployment.mapping=rank-shifted (repeatable)",
+)
 EXPERIMENT.add_argument("--results", default="results", help="where run folders go (default ./results)")
 EXPERIMENT.add_argument("--no-progress", action="store_true", help="no progress bar")

@@ -44,9 +44,18 @@ def transfer_ports(live: LiveRun, src_gpu: str, dst_gpu: str, split: str | None 
     return out
 
 
-def send_message(live: LiveRun, src: str, dst: str, size_bytes: int, split: str | None = None,
-                 path_mtu: int | None = None, sport: int | None = None, records_path=None,
-                 timeout_s: float = 120.0, rc_opts: dict | None = None) -> tuple[list[dict], dict]:
+def send_message(
+    live: LiveRun,
+    src: str,
+    dst: str,
+    size_bytes: int,
+    split: str | None = None,
+    path_mtu: int | None = None,
+    sport: int | None = None,
+    records_path=None,
+    timeout_s: float = 120.0,
+    rc_opts: dict | None = None,
+) -> tuple[list[dict], dict]:
     """One transfer from GPU (or GPU port) `src` to GPU `dst`; returns its completion records
     (one per subflow/QP) and the agent's counters."""
     fab = live.fabric
@@ -71,8 +80,9 @@ def send_message(live: LiveRun, src: str, dst: str, size_bytes: int, split: str 
             agent.post(conn, nbytes, meta={"transfer_bytes": size_bytes})
         ok = agent.run(deadline_ns=time.monotonic_ns() + int(timeout_s * 1e9))
         if not ok:
-            raise TimeoutError(f"transfer {src} -> {dst} did not complete in {timeout_s} s "
-                               f"({agent.pending()} message(s) pending)")
+            raise TimeoutError(
+                f"transfer {src} -> {dst} did not complete in {timeout_s} s ({agent.pending()} message(s) pending)"
+            )
         return agent.done, agent.counters()
     finally:
         agent.close()

@@ -29,19 +29,34 @@ print(json.dumps(r.json if r is not None and r.json else {"error": getattr(r, "e
 """
 
 
-def iperf3_udp(live: LiveRun, src_port: str, dst_port: str, rate_bps: float, duration_s: int = 3,
-               blksize: int = 4096, port: int = 5201) -> dict:
+def iperf3_udp(
+    live: LiveRun,
+    src_port: str,
+    dst_port: str,
+    rate_bps: float,
+    duration_s: int = 3,
+    blksize: int = 4096,
+    port: int = 5201,
+) -> dict:
     """UDP at rate_bps from src_port's address to dst_port's address; the receiver's goodput."""
     fab = live.fabric
     sp = next(p for p in fab.ports if p.name == src_port)
     dp = next(p for p in fab.ports if p.name == dst_port)
     src_gpu, dst_gpu = fab.nodes[sp.node].name, fab.nodes[dp.node].name
-    srv = live.popen_in_host(dst_gpu, [sys.executable, "-c", SERVER, dp.ip, str(port)],
-                             stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    srv = live.popen_in_host(
+        dst_gpu,
+        [sys.executable, "-c", SERVER, dp.ip, str(port)],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
     try:
         time.sleep(0.5)
-        cli = live.in_host(src_gpu, [sys.executable, "-c", CLIENT, sp.ip, dp.ip, str(port), str(rate_bps),
-                                     str(duration_s), str(blksize)], timeout=duration_s + 30)
+        cli = live.in_host(
+            src_gpu,
+            [sys.executable, "-c", CLIENT, sp.ip, dp.ip, str(port), str(rate_bps), str(duration_s), str(blksize)],
+            timeout=duration_s + 30,
+        )
         out, _ = srv.communicate(timeout=duration_s + 30)
     finally:
         if srv.poll() is None:
@@ -54,12 +69,18 @@ def iperf3_udp(live: LiveRun, src_port: str, dst_port: str, rate_bps: float, dur
     s = client.get("end", {}).get("sum_received") or server.get("end", {}).get("sum_received")
     if not s:
         raise RuntimeError(f"iperf3 {src_port} -> {dst_port}: no receiver summary in its JSON")
-    return {"src": src_port, "dst": dst_port, "offered_bps": rate_bps, "goodput_bps": s["bits_per_second"],
-            "lost_percent": client["end"]["sum"].get("lost_percent", 0.0)}
+    return {
+        "src": src_port,
+        "dst": dst_port,
+        "offered_bps": rate_bps,
+        "goodput_bps": s["bits_per_second"],
+        "lost_percent": client["end"]["sum"].get("lost_percent", 0.0),
+    }
 
 
-def calibrate(live: LiveRun, pairs: list[tuple[str, str]], rate_of, duration_s: int = 3,
-              flag_below: float = 0.9) -> list[dict]:
+def calibrate(
+    live: LiveRun, pairs: list[tuple[str, str]], rate_of, duration_s: int = 3, flag_below: float = 0.9
+) -> list[dict]:
     """iperf3 each (src port, dst port) at its configured rate; flag paths below flag_below."""
     out = []
     for sp, dp in pairs:

@@ -46,25 +46,50 @@ def measure_curve(results_dir: str = "results", rates=CURVE_RATES_MBPS, log=prin
     for i, rate in enumerate(rates):
         log(f"[zlab] capacity probe {i + 1}/{len(rates)}: {len(PAIRS)} QPs at {rate:g} Mb/s links")
         rec = measure(results_dir, rate_mbps=rate, log=lambda *_: None, run_id=f"capacity-{os.getpid()}-{i}")
-        points.append({"link_rate_mbps": rate, **{k: rec[k] for k in (
-            "forwards_per_core_s", "forwards_per_s", "agent_frames_per_core_s", "ovs_cpu_fraction",
-            "agent_cpu_fraction", "retransmits", "wall_s")}})
+        points.append(
+            {
+                "link_rate_mbps": rate,
+                **{
+                    k: rec[k]
+                    for k in (
+                        "forwards_per_core_s",
+                        "forwards_per_s",
+                        "agent_frames_per_core_s",
+                        "ovs_cpu_fraction",
+                        "agent_cpu_fraction",
+                        "retransmits",
+                        "wall_s",
+                    )
+                },
+            }
+        )
     top = dict(rec)
-    top.update(forwards_per_core_s=min(p["forwards_per_core_s"] for p in points),
-               agent_frames_per_core_s=min(p["agent_frames_per_core_s"] for p in points),
-               curve=points, method=rec["method"] + f"; per-link rates {', '.join(f'{r:g}' for r in rates)} Mb/s")
+    top.update(
+        forwards_per_core_s=min(p["forwards_per_core_s"] for p in points),
+        agent_frames_per_core_s=min(p["agent_frames_per_core_s"] for p in points),
+        curve=points,
+        method=rec["method"] + f"; per-link rates {', '.join(f'{r:g}' for r in rates)} Mb/s",
+    )
     for k in ("forwards_per_s", "ovs_cpu_fraction", "agent_cpu_fraction", "retransmits", "wall_s", "offered_mbps"):
         top.pop(k, None)
     return top
 
 
-def measure(results_dir: str = "results", seconds: float = 3.0, rate_mbps: float = 300.0, log=print,
-            run_id: str | None = None) -> dict:
+def measure(
+    results_dir: str = "results", seconds: float = 3.0, rate_mbps: float = 300.0, log=print, run_id: str | None = None
+) -> dict:
     """Bring up ZCube(4,2), blast 8 cons->rail pairs at rate_mbps, return the capacity record."""
     cfg = EmulationConfig(rate_scale=rate_mbps * 1e6 / 200e9, mtu_bytes=9000)
     vswitchd = int(open("/var/run/openvswitch/ovs-vswitchd.pid").read().strip())
-    with LiveFabric(SPEC, cfg, results_dir=results_dir, run_id=run_id or f"capacity-{os.getpid()}", log=log,
-                    stats_interval_s=30.0, lldp_interval_s=30.0) as lf:
+    with LiveFabric(
+        SPEC,
+        cfg,
+        results_dir=results_dir,
+        run_id=run_id or f"capacity-{os.getpid()}",
+        log=log,
+        stats_interval_s=30.0,
+        lldp_interval_s=30.0,
+    ) as lf:
         live = LiveRun(lf.dir)
         agent = Agent()
         size = int(rate_mbps * 1e6 / 8 * seconds)
@@ -83,10 +108,18 @@ def measure(results_dir: str = "results", seconds: float = 3.0, rate_mbps: float
         retransmits = sum(c.req.c.retransmits for c in agent.conns)
         agent.close()
     forwards = 2 * frames
-    record = {"forwards_per_core_s": forwards / max(ovs_cpu, 1e-9), "forwards_per_s": forwards / wall,
-              "agent_frames_per_core_s": agent_ops / max(agent.cpu_s, 1e-9), "agent_cpu_fraction": agent.cpu_s / wall,
-              "ovs_cpu_fraction": ovs_cpu / wall, "frame_bytes": 4096 + 74, "wall_s": wall,
-              "offered_mbps": rate_mbps * len(PAIRS), "retransmits": retransmits, "datapath": lf.em.datapath
-              if lf.em else state.datapath(), "measured": dt.datetime.now().isoformat(timespec="seconds"),
-              "method": f"{SPEC}, {len(PAIRS)} QPs of 4 KB frames, 2 switch forwards per frame"}
+    record = {
+        "forwards_per_core_s": forwards / max(ovs_cpu, 1e-9),
+        "forwards_per_s": forwards / wall,
+        "agent_frames_per_core_s": agent_ops / max(agent.cpu_s, 1e-9),
+        "agent_cpu_fraction": agent.cpu_s / wall,
+        "ovs_cpu_fraction": ovs_cpu / wall,
+        "frame_bytes": 4096 + 74,
+        "wall_s": wall,
+        "offered_mbps": rate_mbps * len(PAIRS),
+        "retransmits": retransmits,
+        "datapath": lf.em.datapath if lf.em else state.datapath(),
+        "measured": dt.datetime.now().isoformat(timespec="seconds"),
+        "method": f"{SPEC}, {len(PAIRS)} QPs of 4 KB frames, 2 switch forwards per frame",
+    }
     return record

@@ -24,5 +24,6 @@ def capture_cmd(live: LiveRun, iface: str, out: str, count: int | None, duration
 
 
 def start(live: LiveRun, iface: str, out: str, count: int | None = None, duration_s: float | None = None):
-    return subprocess.Popen(capture_cmd(live, iface, out, count, duration_s), stdout=subprocess.PIPE,
-                            stderr=subprocess.PIPE, text=True)
+    return subprocess.Popen(
+        capture_cmd(live, iface, out, count, duration_s), stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True
+    )

@@ -44,17 +44,21 @@ class EmulationConfig:
             raise EmulationError(
                 f"rate_scale {self.rate_scale:g} gives {fastest:g} Mb/s links; the emulator cannot honour more than "
                 f"{MAX_LINK_MBPS:g} Mb/s (Mininet ignores it; one OVS thread forwards ~100 k packets/s). "
-                f"Use rate_scale <= {MAX_LINK_MBPS * 1e6 / max(l.rate_bps for l in fabric.links):g}")
+                f"Use rate_scale <= {MAX_LINK_MBPS * 1e6 / max(l.rate_bps for l in fabric.links):g}"
+            )
         if slowest < 0.1:
-            raise EmulationError(f"rate_scale {self.rate_scale:g} gives {slowest:g} Mb/s links; below 0.1 Mb/s htb is inaccurate")
+            raise EmulationError(
+                f"rate_scale {self.rate_scale:g} gives {slowest:g} Mb/s links; below 0.1 Mb/s htb is inaccurate"
+            )
         if not 576 <= self.mtu_bytes <= 9000:
             raise EmulationError(f"mtu_bytes must be 576..9000 (got {self.mtu_bytes})")
         for name in ("queue_limit_pkts", "host_queue_limit_pkts"):
             if getattr(self, name) < 1:
                 raise EmulationError(f"{name} must be >= 1")
         if self.burst_bytes and not 64 <= self.burst_bytes <= self.mtu_bytes + ETH_OVERHEAD_BYTES:
-            raise EmulationError(f"burst_bytes must be one frame, 64..{self.mtu_bytes + ETH_OVERHEAD_BYTES} "
-                                 f"(got {self.burst_bytes})")
+            raise EmulationError(
+                f"burst_bytes must be one frame, 64..{self.mtu_bytes + ETH_OVERHEAD_BYTES} (got {self.burst_bytes})"
+            )
         if self.datapath not in ("auto", "netdev", "system"):
             raise EmulationError(f"datapath must be auto, netdev or system (got {self.datapath!r})")
 

@@ -48,7 +48,10 @@ def expand(events: list[dict]) -> list[Step]:
         if a == "flap":
             period = float(e["period_emulated_s"])
             for k in range(int(e.get("count", 1))):
-                steps += [Step(t + k * period, "down", e["target"], i), Step(t + (k + 0.5) * period, "up", e["target"], i)]
+                steps += [
+                    Step(t + k * period, "down", e["target"], i),
+                    Step(t + (k + 0.5) * period, "up", e["target"], i),
+                ]
         elif a == "gray":
             steps.append(Step(t, "gray", e["target"], i, float(e["loss_percent"])))
             if e.get("duration_emulated_s"):
@@ -72,8 +75,10 @@ def _check_event(fab: Fabric, e: dict, where: str) -> fl.Failures:
         if "loss_percent" not in e:
             raise FailurePlanError(f"{where}: a gray failure needs loss_percent (0 < loss < 100)")
         if f.switches or any(_kind_of_cable(fab, c) != "switch" for c in f.cables):
-            raise FailurePlanError(f"{where}: gray failures are injected on switch-to-switch cables (both ends in "
-                                   f"OVS); {e['target']} is not one (e.g. cable:{fl.cable_nodes_example(fab)})")
+            raise FailurePlanError(
+                f"{where}: gray failures are injected on switch-to-switch cables (both ends in "
+                f"OVS); {e['target']} is not one (e.g. cable:{fl.cable_nodes_example(fab)})"
+            )
     elif "loss_percent" in e:
         raise FailurePlanError(f"{where}: loss_percent is only for action gray")
     return f
@@ -92,8 +97,10 @@ def recovery_policy(fab: Fabric, mode: str) -> str:
     kind = kind_of(fab)
     if mode in ("host", "both"):
         if not kind.failover_policies:
-            raise FailurePlanError(f"recovery {mode!r} moves queue pairs to a GPU's other port; {kind.name} GPUs "
-                                   f"have one port (valid here: controller, fast-failover, none)")
+            raise FailurePlanError(
+                f"recovery {mode!r} moves queue pairs to a GPU's other port; {kind.name} GPUs "
+                f"have one port (valid here: controller, fast-failover, none)"
+            )
         return kind.failover_policies[0] if mode == "host" else kind.failover_policies[-1]
     return kind.controller_policy or kind.repair_policies[0]
 
@@ -114,17 +121,36 @@ def document(fab: Fabric, events: list[dict], recovery: str, detect: dict, label
             active[s.target] = f
         else:
             active.pop(s.target, None)
-        union = fl.Failures(frozenset().union(*[x.cables for x in active.values()]) if active else frozenset(),
-                            frozenset().union(*[x.switches for x in active.values()]) if active else frozenset())
+        union = fl.Failures(
+            frozenset().union(*[x.cables for x in active.values()]) if active else frozenset(),
+            frozenset().union(*[x.switches for x in active.values()]) if active else frozenset(),
+        )
         key = tuple(int(i) for i in sorted(union.link_down(fab).nonzero()[0]))
         if key and key not in states:
             states[key] = _state(fab, union, policy)
-        out_steps.append({"t_emulated_s": s.t_emulated_s, "action": s.action, "target": s.target, "event": s.event,
-                          "loss_percent": s.loss_percent, "links": sorted(int(c) for c in f.cables),
-                          "switches": sorted(fab.nodes[n].name for n in f.switches),
-                          "ifaces": _ifaces(fab, f), "state": list(key)})
-    doc = {"schema": SCHEMA, "fabric": fab.spec, "recovery": recovery, "policy": policy, "detect": dict(detect),
-           "steps": out_steps, "states": list(states.values()), "cables": cable_map(fab)}
+        out_steps.append(
+            {
+                "t_emulated_s": s.t_emulated_s,
+                "action": s.action,
+                "target": s.target,
+                "event": s.event,
+                "loss_percent": s.loss_percent,
+                "links": sorted(int(c) for c in f.cables),
+                "switches": sorted(fab.nodes[n].name for n in f.switches),
+                "ifaces": _ifaces(fab, f),
+                "state": list(key),
+            }
+        )
+    doc = {
+        "schema": SCHEMA,
+        "fabric": fab.spec,
+        "recovery": recovery,
+        "policy": policy,
+        "detect": dict(detect),
+        "steps": out_steps,
+        "states": list(states.values()),
+        "cables": cable_map(fab),
+    }
     if recovery == "fast-failover":
         doc["fast_failover"] = fast_failover(fab, policy)
     return doc
@@ -135,11 +161,15 @@ def fast_failover(fab: Fabric, policy: str) -> dict:
     (those with `ff_backup` get a fast-failover group) and the transit entries; per cable,
     the share of pairs its backups carry before the controller reacts (fastfailover.py)."""
     prot = ff.protection(fab, policy)
-    switches = {sw: {"entries": v["entries"], "transit": [{k: x for k, x in e.items() if k != "transit"}
-                                                         for e in v["transit"]]}
-                for sw, v in ff.annotate(fab, prot).items()}
-    return {"switches": switches, "coverage": {str(c): v for c, v in prot["coverage"].items()},
-            "rejected": prot["rejected"]}
+    switches = {
+        sw: {"entries": v["entries"], "transit": [{k: x for k, x in e.items() if k != "transit"} for e in v["transit"]]}
+        for sw, v in ff.annotate(fab, prot).items()
+    }
+    return {
+        "switches": switches,
+        "coverage": {str(c): v for c, v in prot["coverage"].items()},
+        "rejected": prot["rejected"],
+    }
 
 
 def _ifaces(fab: Fabric, f: fl.Failures) -> list[str]:
@@ -166,9 +196,15 @@ def _state(fab: Fabric, failures: fl.Failures, policy: str) -> dict:
         if (deg.tables.next_group[r] == healthy.next_group[r]).all():
             continue
         switches[sw.name] = flow_entries(deg.tables, sw.name)
-    return {"down_links": [int(i) for i in sorted(deg.link_down.nonzero()[0])], "failures": failures.describe(fab),
-            "cables": sorted(int(c) for c in failures.cables), "failed_switches": sorted(fab.nodes[n].name for n in failures.switches),
-            "repaired_entries": deg.repaired_entries, "withdrawn_entries": deg.withdrawn_entries, "switches": switches}
+    return {
+        "down_links": [int(i) for i in sorted(deg.link_down.nonzero()[0])],
+        "failures": failures.describe(fab),
+        "cables": sorted(int(c) for c in failures.cables),
+        "failed_switches": sorted(fab.nodes[n].name for n in failures.switches),
+        "repaired_entries": deg.repaired_entries,
+        "withdrawn_entries": deg.withdrawn_entries,
+        "switches": switches,
+    }
 
 
 def cable_map(fab: Fabric) -> list[dict]:
@@ -178,8 +214,14 @@ def cable_map(fab: Fabric) -> list[dict]:
         ends = []
         for p in (link.a, link.b):
             node = fab.nodes[fab.ports[p].node]
-            ends.append({"node": node.name, "switch": node.role == "switch", "port": fab.ports[p].number,
-                         "iface": fab.ports[p].name})
+            ends.append(
+                {
+                    "node": node.name,
+                    "switch": node.role == "switch",
+                    "port": fab.ports[p].number,
+                    "iface": fab.ports[p].name,
+                }
+            )
         out.append({"link": link.id, "kind": link.kind, "ends": ends})
     return out
 
@@ -196,4 +238,3 @@ def degraded_tables(fab: Fabric, doc: dict, state: dict):
 def state_for(doc: dict, down_links) -> dict | None:
     key = sorted(int(x) for x in down_links)
     return next((s for s in doc["states"] if s["down_links"] == key), None)
-

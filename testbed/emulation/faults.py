@@ -16,11 +16,37 @@ def ingress_loss(live: LiveRun, port_name: str, percent: float, udp_dport: int =
     port = next(p for p in fab.ports[: fab.n_gpus * fab.ports_per_gpu] if p.name == port_name)
     host = fab.nodes[port.node].name
     table = f"zlabloss_{port_name.replace('-', '_')}"
-    cmds = [["nft", "add", "table", "netdev", table],
-            ["nft", "add", "chain", "netdev", table, "in",
-             f'{{ type filter hook ingress device "{port_name}" priority 0; }}'],
-            ["nft", "add", "rule", "netdev", table, "in", "udp", "dport", str(udp_dport), "numgen", "random",
-             "mod", "10000", "<", str(int(percent * 100)), "counter", "drop"]]
+    cmds = [
+        ["nft", "add", "table", "netdev", table],
+        [
+            "nft",
+            "add",
+            "chain",
+            "netdev",
+            table,
+            "in",
+            f'{{ type filter hook ingress device "{port_name}" priority 0; }}',
+        ],
+        [
+            "nft",
+            "add",
+            "rule",
+            "netdev",
+            table,
+            "in",
+            "udp",
+            "dport",
+            str(udp_dport),
+            "numgen",
+            "random",
+            "mod",
+            "10000",
+            "<",
+            str(int(percent * 100)),
+            "counter",
+            "drop",
+        ],
+    ]
     for c in cmds:
         r = live.in_host(host, c)
         if r.returncode != 0:

@@ -64,8 +64,15 @@ class Injector:
     def apply(self, step: dict, t0_ns: int) -> None:
         t_plan = t0_ns + int(step["t_emulated_s"] * 1e9)
         t_start = time.monotonic_ns()
-        rec = {"t_ns": t_start, "t_planned_ns": t_plan, "action": step["action"], "target": step["target"],
-               "event": step["event"], "links": step["links"], "ifaces": step["ifaces"]}
+        rec = {
+            "t_ns": t_start,
+            "t_planned_ns": t_plan,
+            "action": step["action"],
+            "target": step["target"],
+            "event": step["event"],
+            "links": step["links"],
+            "ifaces": step["ifaces"],
+        }
         if step["action"] == "down":
             for i in step["ifaces"]:
                 _sh(["ip", "link", "set", "dev", i, "down"])
@@ -90,10 +97,35 @@ class Injector:
             self.registry.nft_table(table)
         self.gray.add(iface)
         _sh(["nft", "add", "table", "netdev", table])
-        _sh(["nft", "add", "chain", "netdev", table, "out",
-             f'{{ type filter hook egress device "{iface}" priority 0; }}'])
-        _sh(["nft", "add", "rule", "netdev", table, "out", "numgen", "random", "mod", "10000", "<",
-             str(int(round(loss_percent * 100))), "counter", "drop"])
+        _sh(
+            [
+                "nft",
+                "add",
+                "chain",
+                "netdev",
+                table,
+                "out",
+                f'{{ type filter hook egress device "{iface}" priority 0; }}',
+            ]
+        )
+        _sh(
+            [
+                "nft",
+                "add",
+                "rule",
+                "netdev",
+                table,
+                "out",
+                "numgen",
+                "random",
+                "mod",
+                "10000",
+                "<",
+                str(int(round(loss_percent * 100))),
+                "counter",
+                "drop",
+            ]
+        )
 
     def _gray_off(self, iface: str) -> int | None:
         """Remove one loss rule; a failed delete raises (a rule left behind keeps dropping frames)."""

@@ -23,8 +23,15 @@ import re
 from ..lab.sh import CommandError, run
 from .probes import LiveRun
 
-LOCATIONS = ("ovs_port_counters", "ovs_sockets", "ovs_datapath", "switch_ports", "host_ports", "host_qdiscs",
-             "agent_sockets")
+LOCATIONS = (
+    "ovs_port_counters",
+    "ovs_sockets",
+    "ovs_datapath",
+    "switch_ports",
+    "host_ports",
+    "host_qdiscs",
+    "agent_sockets",
+)
 _SS = re.compile(r"\*:(\S+)\s.*?pid=(\d+).*?skmem:\(.*?d(\d+)\)")
 _COVERAGE = re.compile(r"^(datapath_drop_\S+|dpif_netdev\S*drop\S*)\s.*total: (\d+)", re.M)
 _LOST = re.compile(r"lost:(\d+)")
@@ -75,8 +82,9 @@ def snapshot(live: LiveRun, vswitchd_pid: int) -> dict:
                 st = dict(stats[1])
                 if not {"rx_dropped", "tx_dropped"} & set(st):
                     raise _Unreadable(f"{name} has no drop statistics")
-                out["ovs_port_counters"][name] = sum(st.get(k, 0) for k in ("rx_dropped", "tx_dropped", "rx_errors",
-                                                                           "tx_errors"))
+                out["ovs_port_counters"][name] = sum(
+                    st.get(k, 0) for k in ("rx_dropped", "tx_dropped", "rx_errors", "tx_errors")
+                )
         _all_there("ovs-vsctl list Interface", ports, out["ovs_port_counters"])
 
     def sockets():

@@ -13,8 +13,8 @@ import os
 import time
 from dataclasses import dataclass, field
 
-from ..fabric.model import Fabric
 from ..fabric.hostconf import ip_commands
+from ..fabric.model import Fabric
 from ..lab.registry import Registry
 from ..lab.sh import CommandError, run
 from ..lab.state import datapath as recorded_datapath
@@ -95,8 +95,9 @@ def pick_miswire(fab: Fabric, spec: str | None) -> list[tuple[int, int]]:
         raise EmulationError("no two fabric links without a shared switch to swap")
     names = [s.strip() for s in spec.split(",")]
     if len(names) != 2:
-        raise EmulationError(f"--miswire takes two switch ports (za0-p5,za1-p5) or two GPU ports (g0-p0,g1-p0); "
-                             f"got {spec!r}")
+        raise EmulationError(
+            f"--miswire takes two switch ports (za0-p5,za1-p5) or two GPU ports (g0-p0,g1-p0); got {spec!r}"
+        )
     nic_links = {fab.ports[l.a].name: l for l in fab.links if l.kind == "nic"}
     if all(n in nic_links for n in names):
         found = [nic_links[n].id for n in names]
@@ -105,8 +106,10 @@ def pick_miswire(fab: Fabric, spec: str | None) -> list[tuple[int, int]]:
         for name in names:
             link = next((l for l in fabric_links if name in (fab.ports[l.a].name, fab.ports[l.b].name)), None)
             if link is None:
-                raise EmulationError(f"--miswire: {name!r} is neither a switch port on a fabric cable nor a GPU port "
-                                     "(give two of the same kind)")
+                raise EmulationError(
+                    f"--miswire: {name!r} is neither a switch port on a fabric cable nor a GPU port "
+                    "(give two of the same kind)"
+                )
             found.append(link.id)
     if found[0] == found[1]:
         raise EmulationError("--miswire: both ports are on the same cable")
@@ -120,16 +123,24 @@ def precheck_names(fab: Fabric) -> None:
     except CommandError as exc:
         raise LabFailure(f"OVS is not reachable ({exc}); run: bash scripts/provision.sh --services") from None
     clash = sorted(existing & {sw.name for sw in fab.switches})
-    links = sorted(p.name for p in fab.ports if fab.nodes[p.node].role == "switch"
-                   and os.path.exists(f"/sys/class/net/{p.name}"))
+    links = sorted(
+        p.name for p in fab.ports if fab.nodes[p.node].role == "switch" and os.path.exists(f"/sys/class/net/{p.name}")
+    )
     if clash or links:
         raise LabFailure(
             f"names already in use: bridges {clash[:5]} interfaces {links[:5]}; if a killed zlab run left them, "
-            "run 'zlab clean'; zlab never deletes what it did not create")
+            "run 'zlab clean'; zlab never deletes what it did not create"
+        )
 
 
-def build(fab: Fabric, cfg: EmulationConfig, run_id: str, registry: Registry, controller_port: int,
-          miswire: list[tuple[int, int]] | None = None) -> Emulation:
+def build(
+    fab: Fabric,
+    cfg: EmulationConfig,
+    run_id: str,
+    registry: Registry,
+    controller_port: int,
+    miswire: list[tuple[int, int]] | None = None,
+) -> Emulation:
     cfg.validate(fab)
     dp = resolve_datapath(cfg)
     Mininet, Host, ZlabSwitch, ZlabController, Link = _mininet()
@@ -140,23 +151,44 @@ def build(fab: Fabric, cfg: EmulationConfig, run_id: str, registry: Registry, co
         if fab.nodes[p.node].role == "switch" and fab.port_link[p.id] >= 0:
             registry.link(p.name)
     t0 = time.perf_counter()
-    net = Mininet(topo=None, build=False, controller=None, link=Link, host=Host, autoSetMacs=False,
-                  autoStaticArp=False, inNamespace=False, waitConnected=False)
+    net = Mininet(
+        topo=None,
+        build=False,
+        controller=None,
+        link=Link,
+        host=Host,
+        autoSetMacs=False,
+        autoStaticArp=False,
+        inNamespace=False,
+        waitConnected=False,
+    )
     em.net = net
     net.addController(ZlabController("c0", ip="127.0.0.1", port=controller_port))
     for g in fab.gpus:
         net.addHost(g.name, ip=None, inNamespace=True)
     for sw in fab.switches:
-        net.addSwitch(sw.name, cls=ZlabSwitch, run_id=run_id, dpid=f"{sw.dpid:016x}",
-                      datapath="user" if dp == "netdev" else "kernel", protocols="OpenFlow13",
-                      failMode="secure")
+        net.addSwitch(
+            sw.name,
+            cls=ZlabSwitch,
+            run_id=run_id,
+            dpid=f"{sw.dpid:016x}",
+            datapath="user" if dp == "netdev" else "kernel",
+            protocols="OpenFlow13",
+            failMode="secure",
+        )
     for a, b in switch_side_links(fab, miswire):
         pa, pb = fab.ports[a], fab.ports[b]
         na, nb = fab.nodes[pa.node], fab.nodes[pb.node]
-        net.addLink(net.get(na.name), net.get(nb.name),
-                    port1=pa.number,
-                    port2=pb.number, intfName1=pa.name, intfName2=pb.name,
-                    addr1=pa.mac, addr2=pb.mac)
+        net.addLink(
+            net.get(na.name),
+            net.get(nb.name),
+            port1=pa.number,
+            port2=pb.number,
+            intfName1=pa.name,
+            intfName2=pb.name,
+            addr1=pa.mac,
+            addr2=pb.mac,
+        )
     net.build()
     for node in list(net.hosts) + list(net.switches):
         registry.process(node.pid, f"mininet shell {node.name}")
@@ -194,21 +226,24 @@ def _apply_switch_tc(em: Emulation) -> None:
     fab, cfg = em.fabric, em.cfg
     lines = []
     for p in _switch_ports(fab):
-        lines += tc_commands(p.name, scaled_rate_bps(p.rate_bps, cfg), cfg.mtu_bytes, cfg.queue_limit_pkts,
-                             frame_bytes(cfg))
+        lines += tc_commands(
+            p.name, scaled_rate_bps(p.rate_bps, cfg), cfg.mtu_bytes, cfg.queue_limit_pkts, frame_bytes(cfg)
+        )
     run(["tc", "-batch", "-"], input="\n".join(lines) + "\n", timeout=120)
 
 
 def host_script(fab: Fabric, gpu: int, cfg: EmulationConfig) -> str:
     """Shell commands that configure one GPU host (pure: tested offline)."""
     ports = [fab.gpu_port(gpu, k) for k in range(fab.ports_per_gpu)]
-    cmds = ["sysctl -qw net.ipv6.conf.all.disable_ipv6=1 net.ipv6.conf.default.disable_ipv6=1",
-            "sysctl -qw net.ipv4.conf.all.rp_filter=0 net.ipv4.conf.default.rp_filter=0",
-            # RoCE frames are read from packet sockets by the agent; the kernel's UDP stack must
-            # not answer them with ICMP port-unreachable (packet sockets see frames before this)
-            "nft add table inet zlab",
-            "nft add chain inet zlab input '{ type filter hook input priority 0; }'",
-            "nft add rule inet zlab input udp dport 4791 drop"]
+    cmds = [
+        "sysctl -qw net.ipv6.conf.all.disable_ipv6=1 net.ipv6.conf.default.disable_ipv6=1",
+        "sysctl -qw net.ipv4.conf.all.rp_filter=0 net.ipv4.conf.default.rp_filter=0",
+        # RoCE frames are read from packet sockets by the agent; the kernel's UDP stack must
+        # not answer them with ICMP port-unreachable (packet sockets see frames before this)
+        "nft add table inet zlab",
+        "nft add chain inet zlab input '{ type filter hook input priority 0; }'",
+        "nft add rule inet zlab input udp dport 4791 drop",
+    ]
     for p in ports:
         cmds.append(f"sysctl -qw net.ipv4.conf.{p.name.replace('.', '/')}.rp_filter=0")
         cmds.append(f"ethtool -K {p.name} tx off >/dev/null")
@@ -216,8 +251,9 @@ def host_script(fab: Fabric, gpu: int, cfg: EmulationConfig) -> str:
     script = "\n".join(cmds) + "\nip -batch - <<'ZLAB_EOF'\n" + "\n".join(batch) + "\nZLAB_EOF\n"
     tc = []
     for p in ports:
-        tc += tc_commands(p.name, scaled_rate_bps(p.rate_bps, cfg), cfg.mtu_bytes, cfg.host_queue_limit_pkts,
-                          frame_bytes(cfg))
+        tc += tc_commands(
+            p.name, scaled_rate_bps(p.rate_bps, cfg), cfg.mtu_bytes, cfg.host_queue_limit_pkts, frame_bytes(cfg)
+        )
     script += "tc -batch - <<'ZLAB_EOF'\n" + "\n".join(tc) + "\nZLAB_EOF\n"
     return script
 

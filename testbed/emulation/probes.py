@@ -40,8 +40,9 @@ class LiveRun:
         return h["pid"]
 
     def in_host(self, gpu_name: str, argv: list[str], **kw) -> subprocess.CompletedProcess:
-        return subprocess.run(["nsenter", "-t", str(self.host_pid(gpu_name)), "-n", "--", *argv],
-                              capture_output=True, text=True, **kw)
+        return subprocess.run(
+            ["nsenter", "-t", str(self.host_pid(gpu_name)), "-n", "--", *argv], capture_output=True, text=True, **kw
+        )
 
     def popen_in_host(self, gpu_name: str, argv: list[str], **kw) -> subprocess.Popen:
         return subprocess.Popen(["nsenter", "-t", str(self.host_pid(gpu_name)), "-n", "--", *argv], **kw)
@@ -124,10 +125,18 @@ def reachability(live: LiveRun, timeout_s: float = 3.0, rounds: int = 3) -> dict
     finally:
         for s in socks.values():
             s.close()
-    failed = sorted(f"{fab.ports[sp].name} -> {fab.ports[da].name}"
-                    + (f" ({send_errors[(sp, da)]})" if (sp, da) in send_errors else "") for sp, da in pending)
-    return {"pairs": total, "reachable": total - len(pending), "failed": failed, "seconds": time.perf_counter() - t0,
-            "method": "one UDP probe per GPU port pair, all at once, from the source port's address"}
+    failed = sorted(
+        f"{fab.ports[sp].name} -> {fab.ports[da].name}"
+        + (f" ({send_errors[(sp, da)]})" if (sp, da) in send_errors else "")
+        for sp, da in pending
+    )
+    return {
+        "pairs": total,
+        "reachable": total - len(pending),
+        "failed": failed,
+        "seconds": time.perf_counter() - t0,
+        "method": "one UDP probe per GPU port pair, all at once, from the source port's address",
+    }
 
 
 def dump_flows(switch: str) -> dict[tuple, int]:
@@ -167,18 +176,22 @@ def settled_flows(switches: list[str], timeout_s: float = 6.0) -> dict[str, dict
         prev = cur
 
 
-UDP_SENDER = ("import socket,sys;s=socket.socket(socket.AF_INET,socket.SOCK_DGRAM);"
-              "s.setsockopt(socket.SOL_SOCKET,socket.SO_REUSEADDR,1);"
-              "s.bind((sys.argv[1],int(sys.argv[3])));"
-              "[s.sendto(b'zlab-probe',(sys.argv[2],int(sys.argv[5]))) for _ in range(int(sys.argv[4]))]")
+UDP_SENDER = (
+    "import socket,sys;s=socket.socket(socket.AF_INET,socket.SOCK_DGRAM);"
+    "s.setsockopt(socket.SOL_SOCKET,socket.SO_REUSEADDR,1);"
+    "s.bind((sys.argv[1],int(sys.argv[3])));"
+    "[s.sendto(b'zlab-probe',(sys.argv[2],int(sys.argv[5]))) for _ in range(int(sys.argv[4]))]"
+)
 
 
 def send_udp(live: LiveRun, src_port_name: str, dst_ip: str, sport: int, count: int, dport: int = 4791) -> None:
     fab = live.fabric
     src = next(p for p in fab.ports if p.name == src_port_name)
-    res = live.in_host(fab.nodes[src.node].name,
-                       [sys.executable, "-c", UDP_SENDER, src.ip, dst_ip, str(sport), str(count), str(dport)],
-                       timeout=30)
+    res = live.in_host(
+        fab.nodes[src.node].name,
+        [sys.executable, "-c", UDP_SENDER, src.ip, dst_ip, str(sport), str(count), str(dport)],
+        timeout=30,
+    )
     if res.returncode != 0:
         raise RuntimeError(f"UDP probe from {src_port_name} failed: {res.stderr.strip()}")
 
@@ -215,8 +228,7 @@ class PathProof:
         return sorted(self.model) == sorted(self.observed)
 
 
-def prove_path(live: LiveRun, src_port: str, dst: str, sport: int = 49152, count: int = 20,
-               tables=None) -> PathProof:
+def prove_path(live: LiveRun, src_port: str, dst: str, sport: int = 49152, count: int = 20, tables=None) -> PathProof:
     """Send `count` UDP probes and read which switch entries counted them all. tables: the
     model's tables to compare with (default the healthy ones; a failed fabric's degraded ones)."""
     fab = live.fabric

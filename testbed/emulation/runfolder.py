@@ -29,10 +29,15 @@ def new_run_id(prefix: str) -> str:
 def git_sha() -> str | None:
     here = Path(__file__).resolve().parents[2]
     try:
-        sha = subprocess.run(["git", "-C", str(here), "rev-parse", "HEAD"], capture_output=True, text=True,
-                             timeout=5).stdout.strip()
-        dirty = subprocess.run(["git", "-C", str(here), "status", "--porcelain", "--untracked-files=no"],
-                               capture_output=True, text=True, timeout=5).stdout.strip()
+        sha = subprocess.run(
+            ["git", "-C", str(here), "rev-parse", "HEAD"], capture_output=True, text=True, timeout=5
+        ).stdout.strip()
+        dirty = subprocess.run(
+            ["git", "-C", str(here), "status", "--porcelain", "--untracked-files=no"],
+            capture_output=True,
+            text=True,
+            timeout=5,
+        ).stdout.strip()
     except (OSError, subprocess.TimeoutExpired):
         return None
     return (sha + ("-dirty" if dirty else "")) or None
@@ -47,8 +52,9 @@ def versions() -> dict:
         except Exception:  # noqa: BLE001
             out[mod] = None
     try:
-        out["ovs"] = subprocess.run(["ovs-vsctl", "--version"], capture_output=True, text=True,
-                                    timeout=5).stdout.splitlines()[0]
+        out["ovs"] = subprocess.run(
+            ["ovs-vsctl", "--version"], capture_output=True, text=True, timeout=5
+        ).stdout.splitlines()[0]
     except (OSError, IndexError, subprocess.TimeoutExpired):
         out["ovs"] = None
     return out
@@ -64,9 +70,18 @@ def flows_document(fab: Fabric) -> dict:
         if fab.nodes[a.node].role == "switch" and fab.nodes[b.node].role == "switch":
             switch_facing.setdefault(a.node, []).append(a.number)
             switch_facing.setdefault(b.node, []).append(b.number)
-    return {"schema": FLOWS_SCHEMA, "fabric": fab.spec,
-            "switches": {sw.name: {"dpid": sw.dpid, "entries": flow_entries(t, sw.name),
-                                   "lldp_ports": sorted(switch_facing.get(sw.id, []))} for sw in fab.switches}}
+    return {
+        "schema": FLOWS_SCHEMA,
+        "fabric": fab.spec,
+        "switches": {
+            sw.name: {
+                "dpid": sw.dpid,
+                "entries": flow_entries(t, sw.name),
+                "lldp_ports": sorted(switch_facing.get(sw.id, [])),
+            }
+            for sw in fab.switches
+        },
+    }
 
 
 def create(results_dir: str, run_id: str, fab: Fabric, config: dict) -> Path:
@@ -76,8 +91,17 @@ def create(results_dir: str, run_id: str, fab: Fabric, config: dict) -> Path:
     write_json(path / "flows.json", flows_document(fab))
     # the blueprint a cabling crew would hold: the cabling check names cables by its ids and racks
     (path / "patch-list.csv").write_text(layout.patch_list_csv(fab, layout.plan(fab)))
-    write_json(path / "run.json", {"run_id": run_id, "fabric": fab.spec, "config": config, "git_sha": git_sha(),
-                                   "versions": versions(), "started": dt.datetime.now().isoformat(timespec="seconds")})
+    write_json(
+        path / "run.json",
+        {
+            "run_id": run_id,
+            "fabric": fab.spec,
+            "config": config,
+            "git_sha": git_sha(),
+            "versions": versions(),
+            "started": dt.datetime.now().isoformat(timespec="seconds"),
+        },
+    )
     return path
 
 

@@ -23,7 +23,6 @@ from ..records import write_json
 from . import network, probes, runfolder, wiring
 from .config import EmulationConfig, EmulationError, LabFailure
 
-
 REPO = Path(__file__).resolve().parents[2]
 CONTROLLERS = ("os-ken", "ryu")
 RYU_PYTHON = REPO / ".venv-ryu" / "bin" / "python"
@@ -36,8 +35,10 @@ def controller_command(framework: str, run_dir: Path, port: int, extra: list[str
         return [sys.executable, "-m", "controllers.launch", str(run_dir), "--port", str(port), *extra]
     if framework == "ryu":
         if not RYU_PYTHON.exists():
-            raise EmulationError(f"controller ryu: {RYU_PYTHON} is missing; run: bash scripts/provision.sh (it "
-                                 "builds the pinned Ryu environment)")
+            raise EmulationError(
+                f"controller ryu: {RYU_PYTHON} is missing; run: bash scripts/provision.sh (it "
+                "builds the pinned Ryu environment)"
+            )
         return [str(RYU_PYTHON), "-m", "controllers.launch_ryu", str(run_dir), "--port", str(port), *extra]
     raise EmulationError(f"controller {framework!r}: valid: {', '.join(CONTROLLERS)}")
 
@@ -59,11 +60,24 @@ def raise_terminated(signum, frame):
 class LiveFabric:
     """Context manager: everything it creates is registered, and removed on exit."""
 
-    def __init__(self, fabric: Fabric | str, cfg: EmulationConfig = EmulationConfig(), results_dir: str = "results",
-                 run_id: str | None = None, miswire: str | None = None, check_reachability: bool = True,
-                 log=print, table_timeout_s: float = 120.0, stats_interval_s: float = 1.0,
-                 lldp_interval_s: float = 1.0, failplan: dict | None = None, controller: str = "os-ken",
-                 registry_id: str | None = None, kind: str = "up", suppress_sigterm: bool = True):
+    def __init__(
+        self,
+        fabric: Fabric | str,
+        cfg: EmulationConfig = EmulationConfig(),
+        results_dir: str = "results",
+        run_id: str | None = None,
+        miswire: str | None = None,
+        check_reachability: bool = True,
+        log=print,
+        table_timeout_s: float = 120.0,
+        stats_interval_s: float = 1.0,
+        lldp_interval_s: float = 1.0,
+        failplan: dict | None = None,
+        controller: str = "os-ken",
+        registry_id: str | None = None,
+        kind: str = "up",
+        suppress_sigterm: bool = True,
+    ):
         self.fabric = build_fabric(fabric) if isinstance(fabric, str) else fabric
         self.cfg = cfg
         self.results_dir = results_dir
@@ -89,7 +103,7 @@ class LiveFabric:
         self._old_sigterm = None
 
     # ---- lifecycle --------------------------------------------------------------------
-    def __enter__(self) -> "LiveFabric":
+    def __enter__(self) -> LiveFabric:
         self._old_sigterm = signal.signal(signal.SIGTERM, raise_terminated)
         try:
             self._start()
@@ -99,8 +113,9 @@ class LiveFabric:
         return self
 
     def __exit__(self, exc_type, exc, tb) -> None:
-        status = "ok" if exc_type is None else ("interrupted" if exc_type in (KeyboardInterrupt, Terminated)
-                                                else "failed")
+        status = (
+            "ok" if exc_type is None else ("interrupted" if exc_type in (KeyboardInterrupt, Terminated) else "failed")
+        )
         self.close(status=status)
         if exc_type is Terminated and self.suppress_sigterm:
             return True  # a SIGTERM is a normal way to stop: suppress after teardown
@@ -115,29 +130,39 @@ class LiveFabric:
         network.precheck_names(fab)
         miswire = network.pick_miswire(fab, self.miswire_spec) if self.miswire_spec is not None else []
         t0 = time.perf_counter()
-        self.dir = runfolder.create(self.results_dir, self.run_id, fab,
-                                    {"emulation": self.cfg.to_dict(), "miswire": self.miswire_spec})
+        self.dir = runfolder.create(
+            self.results_dir, self.run_id, fab, {"emulation": self.cfg.to_dict(), "miswire": self.miswire_spec}
+        )
         self.registry = Registry(self.registry_id)
         self.registry.run_folder(str(self.dir.resolve()), self.kind)
         if self.failplan is not None:
             write_json(self.dir / "failures.json", self.failplan)
         port = free_port()
         self.log(f"[zlab] run {self.run_id}: {fab.spec}")
-        self.log(f"[zlab]   {fab.n_gpus} GPUs, {len(fab.switches)} switches, {len(fab.links)} links; rate_scale "
-                 f"{self.cfg.rate_scale:g} ({fab.ports[0].rate_bps * self.cfg.rate_scale / 1e6:g} Mb/s per GPU port), "
-                 f"MTU {self.cfg.mtu_bytes}, egress queue {self.cfg.queue_limit_pkts} packets")
+        self.log(
+            f"[zlab]   {fab.n_gpus} GPUs, {len(fab.switches)} switches, {len(fab.links)} links; rate_scale "
+            f"{self.cfg.rate_scale:g} ({fab.ports[0].rate_bps * self.cfg.rate_scale / 1e6:g} Mb/s per GPU port), "
+            f"MTU {self.cfg.mtu_bytes}, egress queue {self.cfg.queue_limit_pkts} packets"
+        )
         (self.dir / "controller").mkdir(exist_ok=True)
         logf = open(self.dir / "controller" / "controller.log", "w")
         self.controller = subprocess.Popen(
-            controller_command(self.framework, self.dir, port, self.controller_args), cwd=REPO,
-            env={**os.environ, "PYTHONPATH": str(REPO)}, stdout=logf, stderr=subprocess.STDOUT, start_new_session=True)
+            controller_command(self.framework, self.dir, port, self.controller_args),
+            cwd=REPO,
+            env={**os.environ, "PYTHONPATH": str(REPO)},
+            stdout=logf,
+            stderr=subprocess.STDOUT,
+            start_new_session=True,
+        )
         self.registry.process(self.controller.pid, "controller")
         self._wait_listening(port)
         self.log(f"[zlab]   controller ({self.framework}) pid {self.controller.pid} on 127.0.0.1:{port}")
         self.em = network.build(fab, self.cfg, self.registry_id, self.registry, port, miswire)
         if miswire:
             l1, l2 = (fab.links[i] for i in miswire[0])
-            self.log(f"[zlab]   MISWIRED on purpose: far ends of {fab.ports[l1.a].name} and {fab.ports[l2.a].name} swapped")
+            self.log(
+                f"[zlab]   MISWIRED on purpose: far ends of {fab.ports[l1.a].name} and {fab.ports[l2.a].name} swapped"
+            )
         hosts = {h.name: {"pid": h.pid, "started": procs.start_time(h.pid)} for h in self.em.net.hosts}
         write_json(self.dir / "hosts.json", hosts)
         self.timings_s.update(self.em.timings_s)
@@ -152,33 +177,47 @@ class LiveFabric:
             self.reach = probes.reachability(probes.LiveRun(self.dir))
             self.timings_s["reachability"] = time.perf_counter() - t2
             r = self.reach
-            self.log(f"[zlab]   reachability: {r['reachable']}/{r['pairs']} GPU port pairs in "
-                     f"{self.timings_s['reachability']:.1f} s")
+            self.log(
+                f"[zlab]   reachability: {r['reachable']}/{r['pairs']} GPU port pairs in "
+                f"{self.timings_s['reachability']:.1f} s"
+            )
             if r["failed"] and not miswire:
                 raise LabFailure(f"{len(r['failed'])} GPU port pairs unreachable, e.g. {r['failed'][:5]}")
-        runfolder.update(self.dir, status="running", timings_s=self.timings_s, reachability=self.reach,
-                         datapath=self.em.datapath, controller=self.framework)
+        runfolder.update(
+            self.dir,
+            status="running",
+            timings_s=self.timings_s,
+            reachability=self.reach,
+            datapath=self.em.datapath,
+            controller=self.framework,
+        )
 
     def _wait_listening(self, port: int, timeout_s: float = 30.0) -> None:
         deadline = time.monotonic() + timeout_s
         while time.monotonic() < deadline:
             if self.controller.poll() is not None:
                 log = (self.dir / "controller" / "controller.log").read_text()[-2000:]
-                raise LabFailure(f"controller exited with {self.controller.returncode}: "
-                                 f"{log.strip().splitlines()[-1] if log.strip() else 'no output'}",
-                                 str(self.dir / "controller" / "controller.log"))
+                raise LabFailure(
+                    f"controller exited with {self.controller.returncode}: "
+                    f"{log.strip().splitlines()[-1] if log.strip() else 'no output'}",
+                    str(self.dir / "controller" / "controller.log"),
+                )
             with socket.socket() as s:
                 if s.connect_ex(("127.0.0.1", port)) == 0:
                     return
             time.sleep(0.1)
-        raise LabFailure(f"controller did not listen on port {port} within {timeout_s} s",
-                         str(self.dir / "controller" / "controller.log"))
+        raise LabFailure(
+            f"controller did not listen on port {port} within {timeout_s} s",
+            str(self.dir / "controller" / "controller.log"),
+        )
 
     def expected_flow_counts(self) -> dict[str, int]:
         flows = json.loads((self.dir / "flows.json").read_text())
         ff = (self.failplan or {}).get("fast_failover", {}).get("switches", {})
-        return {name: len(v["entries"]) + 2 + len(ff.get(name, {}).get("transit", []))
-                for name, v in flows["switches"].items()}
+        return {
+            name: len(v["entries"]) + 2 + len(ff.get(name, {}).get("transit", []))
+            for name, v in flows["switches"].items()
+        }
 
     def installed_counts(self) -> dict[str, int]:
         out = {}
@@ -195,8 +234,10 @@ class LiveFabric:
             if have == want:
                 return
             if self.controller.poll() is not None:
-                raise LabFailure(f"controller died (exit {self.controller.returncode})",
-                                 str(self.dir / "controller" / "controller.log"))
+                raise LabFailure(
+                    f"controller died (exit {self.controller.returncode})",
+                    str(self.dir / "controller" / "controller.log"),
+                )
             if time.monotonic() > deadline:
                 short = {k: f"{have.get(k)}/{v}" for k, v in want.items() if have.get(k) != v}
                 raise LabFailure(f"tables not installed after {self.table_timeout_s} s: {short}")
@@ -261,8 +302,14 @@ class UpOptions:
 
 def up(opts: UpOptions) -> int:
     """Bring the fabric up, hold it (Mininet CLI, or until a signal or the duration), tear it down."""
-    with LiveFabric(opts.spec, opts.cfg, results_dir=opts.results_dir, miswire=opts.miswire,
-                    controller=opts.controller, run_id=opts.run_id) as live:
+    with LiveFabric(
+        opts.spec,
+        opts.cfg,
+        results_dir=opts.results_dir,
+        miswire=opts.miswire,
+        controller=opts.controller,
+        run_id=opts.run_id,
+    ) as live:
         if opts.wiring_check or opts.miswire is not None:
             print(wiring.format_report(live.wiring_report()))
         print(f"[zlab] up: {live.dir}  (Ctrl-C or SIGTERM tears everything down)")
@@ -274,8 +321,10 @@ def up(opts: UpOptions) -> int:
         else:
             from mininet.cli import CLI
 
-            print("[zlab] Mininet CLI: try 'g0 ping -c1 10.2.0.6', 'g0 ip route', 'sh ovs-ofctl -O OpenFlow13 "
-                  "dump-flows za0'; 'exit' tears down")
+            print(
+                "[zlab] Mininet CLI: try 'g0 ping -c1 10.2.0.6', 'g0 ip route', 'sh ovs-ofctl -O OpenFlow13 "
+                "dump-flows za0'; 'exit' tears down"
+            )
             CLI(live.em.net)
     print("[zlab] torn down")
     return 0

@@ -19,7 +19,6 @@ from ..fabric import layout
 from ..fabric.model import Fabric
 from ..records import read_jsonl
 
-
 HOST_CHASSIS_PREFIX = "host:"  # must match controllers/zlab_routes.py HOST_CHASSIS
 
 
@@ -41,12 +40,17 @@ def discovered(lldp_records: list[dict]) -> set[frozenset]:
 def host_lldp_frame(port_name: str, mac: str) -> bytes:
     """The LLDP frame a GPU port sends: chassis id 'host:<port name>' (locally assigned, subtype
     7), port id the port name, TTL 120, to the nearest-bridge group address."""
+
     def tlv(kind: int, value: bytes) -> bytes:
         return struct.pack("!H", (kind << 9) | len(value)) + value
 
     name = port_name.encode()
-    body = (tlv(1, b"\x07" + HOST_CHASSIS_PREFIX.encode() + name) + tlv(2, b"\x07" + name)
-            + tlv(3, struct.pack("!H", 120)) + tlv(0, b""))
+    body = (
+        tlv(1, b"\x07" + HOST_CHASSIS_PREFIX.encode() + name)
+        + tlv(2, b"\x07" + name)
+        + tlv(3, struct.pack("!H", 120))
+        + tlv(0, b"")
+    )
     return bytes.fromhex("0180c200000e") + bytes.fromhex(mac.replace(":", "")) + struct.pack("!H", 0x88CC) + body
 
 
@@ -71,8 +75,10 @@ def _where(patch: dict | None, cable: frozenset) -> str:
     row = (patch or {}).get(cable)
     if row is None:
         return " <-> ".join(sorted(cable))
-    return (f"{row['cable_id']} ({row['a_port']} {row['a_rack']}/U{row['a_unit']} <-> "
-            f"{row['b_port']} {row['b_rack']}/U{row['b_unit']})")
+    return (
+        f"{row['cable_id']} ({row['a_port']} {row['a_rack']}/U{row['a_unit']} <-> "
+        f"{row['b_port']} {row['b_rack']}/U{row['b_unit']})"
+    )
 
 
 def compare(expected: set[frozenset], seen: set[frozenset], patch: dict | None = None) -> dict:
@@ -86,16 +92,26 @@ def compare(expected: set[frozenset], seen: set[frozenset], patch: dict | None =
         c, d = sorted(m2)
         for x1, x2 in ((frozenset((a, d)), frozenset((c, b))), (frozenset((a, c)), frozenset((b, d)))):
             if x1 in extra and x2 in extra:
-                swapped.append({"expected": [" <-> ".join(sorted(m1)), " <-> ".join(sorted(m2))],
-                                "found": [" <-> ".join(sorted(x1)), " <-> ".join(sorted(x2))],
-                                "cables": [_where(patch, m1), _where(patch, m2)]})
+                swapped.append(
+                    {
+                        "expected": [" <-> ".join(sorted(m1)), " <-> ".join(sorted(m2))],
+                        "found": [" <-> ".join(sorted(x1)), " <-> ".join(sorted(x2))],
+                        "cables": [_where(patch, m1), _where(patch, m2)],
+                    }
+                )
                 missing -= {m1, m2}
                 extra -= {x1, x2}
                 break
     fmt = lambda s: sorted(" <-> ".join(sorted(x)) for x in s)  # noqa: E731
-    return {"ok": not (missing or extra or swapped), "blueprint_links": len(expected), "discovered_links": len(seen),
-            "missing": fmt(missing), "missing_cables": sorted(_where(patch, m) for m in missing),
-            "extra": fmt(extra), "swapped": swapped}
+    return {
+        "ok": not (missing or extra or swapped),
+        "blueprint_links": len(expected),
+        "discovered_links": len(seen),
+        "missing": fmt(missing),
+        "missing_cables": sorted(_where(patch, m) for m in missing),
+        "extra": fmt(extra),
+        "swapped": swapped,
+    }
 
 
 def read_lldp(run_dir: Path) -> list[dict]:
@@ -113,12 +129,17 @@ def check_run(run_dir: Path) -> dict:
 
 
 def format_report(rep: dict) -> str:
-    scope = (f"; {rep['nic_cables']} NIC + {rep['fabric_cables']} fabric cables" if "nic_cables" in rep else "")
-    lines = [f"cabling check: {'CLEAN' if rep['ok'] else 'PROBLEMS FOUND'} "
-             f"({rep['discovered_links']} links discovered, {rep['blueprint_links']} in the blueprint{scope})"]
+    scope = f"; {rep['nic_cables']} NIC + {rep['fabric_cables']} fabric cables" if "nic_cables" in rep else ""
+    lines = [
+        f"cabling check: {'CLEAN' if rep['ok'] else 'PROBLEMS FOUND'} "
+        f"({rep['discovered_links']} links discovered, {rep['blueprint_links']} in the blueprint{scope})"
+    ]
     for s in rep["swapped"]:
-        lines.append(f"  swapped: cables {s['cables'][0]} and {s['cables'][1]}" if "cables" in s else
-                     f"  swapped: expected {s['expected'][0]} and {s['expected'][1]}")
+        lines.append(
+            f"  swapped: cables {s['cables'][0]} and {s['cables'][1]}"
+            if "cables" in s
+            else f"  swapped: expected {s['expected'][0]} and {s['expected'][1]}"
+        )
         lines.append(f"           found {s['found'][0]} and {s['found'][1]}")
     lines += [f"  missing: {m}" for m in rep.get("missing_cables", rep["missing"])]
     lines += [f"  extra:   {e}" for e in rep["extra"]]

@@ -12,10 +12,24 @@ from dataclasses import dataclass, field
 
 from .planner import capacity, factor_for
 
-MACHINE_BOUND = ("CPU-bound", "queue sample periods missed", "agent released messages late", "calibration",
-                 "agent sends blocked", "frames dropped outside", "no drop counter explains", "replay timeout")
-NOT_SCALING = ("corrupted transfers", "serialisation floor", "carried utilisation", "off the model",
-               "does not route through", "cannot read its input")  # an unreadable rule input: not the rate
+MACHINE_BOUND = (
+    "CPU-bound",
+    "queue sample periods missed",
+    "agent released messages late",
+    "calibration",
+    "agent sends blocked",
+    "frames dropped outside",
+    "no drop counter explains",
+    "replay timeout",
+)
+NOT_SCALING = (
+    "corrupted transfers",
+    "serialisation floor",
+    "carried utilisation",
+    "off the model",
+    "does not route through",
+    "cannot read its input",
+)  # an unreadable rule input: not the rate
 DEFAULT_SOCKET_BUFFER = 8388608
 
 
@@ -43,24 +57,30 @@ def advise(experiment: dict, metrics: dict) -> Advice:
             reasons[label] = f["summary"]["fidelity"]["reasons"]
     flat = [r for rs in reasons.values() for r in rs]
     a.unfixable = sorted({r.split(": ", 1)[-1] for r in flat if any(k in r for k in NOT_SCALING)})
-    if any("at agent sockets" in r for r in flat) and spec["emulation"]["agent_socket_buffer_bytes"] < DEFAULT_SOCKET_BUFFER:
+    if (
+        any("at agent sockets" in r for r in flat)
+        and spec["emulation"]["agent_socket_buffer_bytes"] < DEFAULT_SOCKET_BUFFER
+    ):
         a.overrides.append(f"emulation.agent_socket_buffer_bytes={DEFAULT_SOCKET_BUFFER}")
         a.why.append("frames died in the agent's socket buffers: back to the default 8 MiB")
     elif flat and all("hypervisor stole" in r for r in flat):
         a.rerun_as_is = True
-        a.why.append("only the hypervisor's steal voided it, a cause outside the run that a lower rate does not remove: "
-                     "rerun as is on a quieter host (the runner already re-took such repeats up to "
-                     f"measurement.steal_retakes = {spec['measurement'].get('steal_retakes', 0)} times)")
+        a.why.append(
+            "only the hypervisor's steal voided it, a cause outside the run that a lower rate does not remove: "
+            "rerun as is on a quieter host (the runner already re-took such repeats up to "
+            f"measurement.steal_retakes = {spec['measurement'].get('steal_retakes', 0)} times)"
+        )
     elif any(any(k in r for k in MACHINE_BOUND) for r in flat):
         rho = spec["emulation"]["rate_scale"]
         _, measured = capacity()
-        new = rho * min(0.5, factor_for([f["figures"] for lab, f in experiment["fabrics"].items()
-                                         if lab in a.fabrics]))
+        new = rho * min(0.5, factor_for([f["figures"] for lab, f in experiment["fabrics"].items() if lab in a.fabrics]))
         a.overrides.append(f"emulation.rate_scale={new:.3g}")
-        a.why.append(f"the machine, not the fabric, limited the run: rate_scale {rho:g} -> {new:.3g} halves (or more) the "
-                     f"frames per second (dilation {spec['workload']['size_scale'] / rho:g} -> "
-                     f"{spec['workload']['size_scale'] / new:g}; the wall time grows by the same factor)"
-                     + ("" if measured else "; run `zlab doctor --capacity` for a measured limit"))
+        a.why.append(
+            f"the machine, not the fabric, limited the run: rate_scale {rho:g} -> {new:.3g} halves (or more) the "
+            f"frames per second (dilation {spec['workload']['size_scale'] / rho:g} -> "
+            f"{spec['workload']['size_scale'] / new:g}; the wall time grows by the same factor)"
+            + ("" if measured else "; run `zlab doctor --capacity` for a measured limit")
+        )
     return a
 
 

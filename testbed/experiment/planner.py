@@ -26,7 +26,9 @@ from ..lab import state
 
 HEADROOM = 0.7  # of one core for ovs-vswitchd: bursts and the agents need the rest
 FRAMES_PER_QUEUE = 4  # k: a queue quantity smaller than this many frames is not representable
-EVIDENCE = Path(__file__).with_name("scaling_evidence.json")  # what the ns-3 referee measured (scripts/referee_evidence.py)
+EVIDENCE = Path(__file__).with_name(
+    "scaling_evidence.json"
+)  # what the ns-3 referee measured (scripts/referee_evidence.py)
 UNMEASURED_CAPACITY = 15000.0  # forwards per core-second; used, and labelled, when none was measured
 SETUP_S_PER_FABRIC, SETUP_S_PER_REPEAT = 12.0, 3.0  # bring-up + calibration; collector + agent set-up
 
@@ -79,13 +81,17 @@ class Curve:
     flat_agent: float
 
     @classmethod
-    def load(cls) -> "Curve":
+    def load(cls) -> Curve:
         rec = state.capacity() or {}
         pts = sorted(rec.get("curve") or [], key=lambda p: p["link_rate_mbps"])
         flat = float(rec["forwards_per_core_s"]) if rec.get("forwards_per_core_s") else UNMEASURED_CAPACITY
-        return cls(tuple(np.log([p["link_rate_mbps"] for p in pts])),
-                   tuple(p["forwards_per_core_s"] for p in pts), tuple(p["agent_frames_per_core_s"] for p in pts),
-                   flat, float(rec.get("agent_frames_per_core_s") or UNMEASURED_AGENT_CAPACITY))
+        return cls(
+            tuple(np.log([p["link_rate_mbps"] for p in pts])),
+            tuple(p["forwards_per_core_s"] for p in pts),
+            tuple(p["agent_frames_per_core_s"] for p in pts),
+            flat,
+            float(rec.get("agent_frames_per_core_s") or UNMEASURED_AGENT_CAPACITY),
+        )
 
     def at(self, link_rate_mbps: float) -> tuple[float, float]:
         """Interpolated in log(rate), clamped at the curve's ends; the flat figures without a curve."""
@@ -171,26 +177,49 @@ def assess(exp, preset: str = "as given") -> Choice:
     budget = HEADROOM * cap
     q = float(spec["measurement"]["xoff_real_bytes"])
     floor = FRAMES_PER_QUEUE * frame / sigma
-    wall = sum(SETUP_S_PER_FABRIC + len(fr.repeats) * (SETUP_S_PER_REPEAT + fr.figures["expected_emulated_duration_s"])
-               for fr in exp.fabrics.values())
+    wall = sum(
+        SETUP_S_PER_FABRIC + len(fr.repeats) * (SETUP_S_PER_REPEAT + fr.figures["expected_emulated_duration_s"])
+        for fr in exp.fabrics.values()
+    )
     notes = []
     if not measured:
-        notes.append(f"capacity not measured on this machine: assumed {UNMEASURED_CAPACITY:,.0f} forwards per "
-                     "core-second (run `zlab doctor --capacity`)")
+        notes.append(
+            f"capacity not measured on this machine: assumed {UNMEASURED_CAPACITY:,.0f} forwards per "
+            "core-second (run `zlab doctor --capacity`)"
+        )
     grow = rate_limit_factor(exp)
     if grow < 0.99:
-        notes.append(f"the peak exceeds {100 * HEADROOM:.0f} % of what ovs-vswitchd or the agent can handle: expect "
-                     f"the fidelity guard to find the run CPU-bound; lower rate_scale to <= {rho * grow:.3g}")
+        notes.append(
+            f"the peak exceeds {100 * HEADROOM:.0f} % of what ovs-vswitchd or the agent can handle: expect "
+            f"the fidelity guard to find the run CPU-bound; lower rate_scale to <= {rho * grow:.3g}"
+        )
     if q < floor:
-        notes.append(f"queues not representable: XOFF {q:,.0f} real bytes < {FRAMES_PER_QUEUE} frames = {floor:,.0f} "
-                     f"real bytes at size_scale {sigma:g}; queue byte figures are qualitative. "
-                     f"size_scale >= {FRAMES_PER_QUEUE * frame / q:.3g} represents it")
+        notes.append(
+            f"queues not representable: XOFF {q:,.0f} real bytes < {FRAMES_PER_QUEUE} frames = {floor:,.0f} "
+            f"real bytes at size_scale {sigma:g}; queue byte figures are qualitative. "
+            f"size_scale >= {FRAMES_PER_QUEUE * frame / q:.3g} represents it"
+        )
     note = referee_note(sigma)
     if note:
         notes.append(note)
-    return Choice(preset, rho, sigma, sigma / rho, spec["workload"]["requests"], spec["repeats"], cap, measured, peak,
-                  budget, frame,
-                  floor, q, q >= floor, wall, notes)
+    return Choice(
+        preset,
+        rho,
+        sigma,
+        sigma / rho,
+        spec["workload"]["requests"],
+        spec["repeats"],
+        cap,
+        measured,
+        peak,
+        budget,
+        frame,
+        floor,
+        q,
+        q >= floor,
+        wall,
+        notes,
+    )
 
 
 def referee_note(sigma: float) -> str | None:
@@ -205,17 +234,23 @@ def referee_note(sigma: float) -> str | None:
     fabs = e["fabrics"].values()
     kv = max(max(f["kv_p50_gap"], f["kv_p99_gap"]) for f in fabs)
     delay = max(fabs, key=lambda f: f["max_queue_delay_real_s"]["emu"])["max_queue_delay_real_s"]
-    where = "at this size scale" if abs(math.log(e["size_scale"] / sigma)) < 0.1 else \
-        f"at size_scale {e['size_scale']:.3g}, the nearest refereed"
-    return (f"ns-3 at real rates and sizes vs the emulation {where} (zlab referee, run {e['run']}): KV completion "
-            f"p50/p99 within {100 * kv:.0f} %; but the largest queueing delay was {1e6 * delay['emu']:,.0f} µs "
-            f"emulated vs {1e6 * delay['ns3']:,.1f} µs real: queue depths and XOFF crossings do not survive the "
-            f"scaling (the transport's window is 64 packets at any scale, and a scaled packet stands for "
-            f"1/size_scale real bytes), so read them as qualitative")
+    where = (
+        "at this size scale"
+        if abs(math.log(e["size_scale"] / sigma)) < 0.1
+        else f"at size_scale {e['size_scale']:.3g}, the nearest refereed"
+    )
+    return (
+        f"ns-3 at real rates and sizes vs the emulation {where} (zlab referee, run {e['run']}): KV completion "
+        f"p50/p99 within {100 * kv:.0f} %; but the largest queueing delay was {1e6 * delay['emu']:,.0f} µs "
+        f"emulated vs {1e6 * delay['ns3']:,.1f} µs real: queue depths and XOFF crossings do not survive the "
+        f"scaling (the transport's window is 64 packets at any scale, and a scaled packet stands for "
+        f"1/size_scale real bytes), so read them as qualitative"
+    )
 
 
-def queue_faithful(exp, budget_s: float = 600.0, spec_path: str | None = None,
-                   overrides_given: list[str] | None = None) -> Choice:
+def queue_faithful(
+    exp, budget_s: float = 600.0, spec_path: str | None = None, overrides_given: list[str] | None = None
+) -> Choice:
     """Smallest dilation that represents the XOFF with k frames and keeps the peak within what
     ovs-vswitchd and the agent can handle; then requests (never below 10) and repeats (never below
     3) are cut until the resolved experiment's expected wall time fits the budget."""
@@ -227,8 +262,12 @@ def queue_faithful(exp, budget_s: float = 600.0, spec_path: str | None = None,
     rho = now.rate_scale * rate_limit_factor(exp)
     requests, repeats = now.requests, exp.spec["repeats"]
     for _ in range(40):
-        base = (overrides_given or []) + [f"emulation.rate_scale={rho:.6g}", f"workload.size_scale={sigma:.6g}",
-                                          f"workload.requests={requests}", f"repeats={repeats}"]
+        base = (overrides_given or []) + [
+            f"emulation.rate_scale={rho:.6g}",
+            f"workload.size_scale={sigma:.6g}",
+            f"workload.requests={requests}",
+            f"repeats={repeats}",
+        ]
         trial = assess(resolve(especs.load(spec_path, base)), "queue-faithful")
         if trial.expected_wall_s <= budget_s or (requests <= 10 and repeats <= 3):
             break
@@ -237,26 +276,34 @@ def queue_faithful(exp, budget_s: float = 600.0, spec_path: str | None = None,
         else:
             repeats -= 1
     if trial.expected_wall_s > budget_s:
-        trial.notes.append(f"even {requests} requests x {repeats} repeats need ~{trial.expected_wall_s:.0f} s, over "
-                           f"the {budget_s:.0f} s budget")
+        trial.notes.append(
+            f"even {requests} requests x {repeats} repeats need ~{trial.expected_wall_s:.0f} s, over "
+            f"the {budget_s:.0f} s budget"
+        )
     return trial
 
 
 def overrides(choice: Choice) -> list[str]:
     """The spec overrides that apply a choice."""
-    return [f"emulation.rate_scale={choice.rate_scale:.6g}", f"workload.size_scale={choice.size_scale:.6g}",
-            f"workload.requests={choice.requests}", f"repeats={choice.repeats}"]
+    return [
+        f"emulation.rate_scale={choice.rate_scale:.6g}",
+        f"workload.size_scale={choice.size_scale:.6g}",
+        f"workload.requests={choice.requests}",
+        f"repeats={choice.repeats}",
+    ]
 
 
 def describe(c: Choice) -> list[str]:
     cap = f"{c.capacity_forwards_per_core_s:,.0f} forwards/core-s ({'measured' if c.capacity_measured else 'ASSUMED'})"
-    return [f"scaling planner ({c.preset}): rate_scale {c.rate_scale:.3g}, size_scale {c.size_scale:.3g}, dilation "
-            f"{c.dilation:,.1f}; {c.requests} requests x {c.repeats} repeats; expected wall ~{c.expected_wall_s / 60:.1f} min",
-            f"  peak vs capacity            {c.peak_forwards_per_s:,.0f} forwards/s vs {100 * HEADROOM:.0f} % of {cap}",
-            f"  smallest real queue         {c.smallest_representable_real_queue_bytes:,.0f} real bytes "
-            f"({FRAMES_PER_QUEUE} frames of {c.frame_bytes} B); the run's XOFF {c.queue_real_bytes:,.0f} B is "
-            + ("representable" if c.queue_representable else "NOT representable"),
-            *[f"  note: {n}" for n in c.notes]]
+    return [
+        f"scaling planner ({c.preset}): rate_scale {c.rate_scale:.3g}, size_scale {c.size_scale:.3g}, dilation "
+        f"{c.dilation:,.1f}; {c.requests} requests x {c.repeats} repeats; expected wall ~{c.expected_wall_s / 60:.1f} min",
+        f"  peak vs capacity            {c.peak_forwards_per_s:,.0f} forwards/s vs {100 * HEADROOM:.0f} % of {cap}",
+        f"  smallest real queue         {c.smallest_representable_real_queue_bytes:,.0f} real bytes "
+        f"({FRAMES_PER_QUEUE} frames of {c.frame_bytes} B); the run's XOFF {c.queue_real_bytes:,.0f} B is "
+        + ("representable" if c.queue_representable else "NOT representable"),
+        *[f"  note: {n}" for n in c.notes],
+    ]
 
 
 def draws_for_precision(exp, precision: float, most: int = 50) -> tuple[int, list[str]]:
@@ -273,16 +320,27 @@ def draws_for_precision(exp, precision: float, most: int = 50) -> tuple[int, lis
     for label, fr in exp.fabrics.items():
         rep = fr.repeats[0]
         ports = {p.name: p for p in fr.fabric.ports}
-        msgs = [{"src_port": m.src_port, "dst_port": m.dst_port, "size_bytes": m.size_bytes,
-                 "t_due_ns": int(rep.plan.transfers[m.transfer].t_post_s * 1e9)} for m in rep.messages]
+        msgs = [
+            {
+                "src_port": m.src_port,
+                "dst_port": m.dst_port,
+                "size_bytes": m.size_bytes,
+                "t_due_ns": int(rep.plan.transfers[m.transfer].t_post_s * 1e9),
+            }
+            for m in rep.messages
+        ]
         rate = {s: scaled_rate_bps(ports[s].rate_bps, fr.emulation) for s in {m["src_port"] for m in msgs}}
         p = draws.collision_probability(fr.fabric, msgs, rate)
         n = draws.draws_for_precision(p, precision, most=most)
         lo, hi = draws.clopper_pearson(round(n * p), n)
         if (hi - lo) / 2 > precision:
-            raise UserInputError(f"--precision {precision:g}: {label} needs more than {most} draws (the most a run takes; "
-                               f"model's collision probability {100 * p:.1f} %)")
-        lines.append(f"{label}: model's collision probability {100 * p:.1f} %; {n} draws give a 95 % interval of "
-                     f"±{50 * (hi - lo):.1f} points on the share of draws with a collision")
+            raise UserInputError(
+                f"--precision {precision:g}: {label} needs more than {most} draws (the most a run takes; "
+                f"model's collision probability {100 * p:.1f} %)"
+            )
+        lines.append(
+            f"{label}: model's collision probability {100 * p:.1f} %; {n} draws give a 95 % interval of "
+            f"±{50 * (hi - lo):.1f} points on the share of draws with a collision"
+        )
         need = max(need, n)
     return need, lines

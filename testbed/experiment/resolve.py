@@ -79,14 +79,25 @@ class FabricRun:
 
     def resolved(self) -> dict:
         """The run folder's record of this fabric's resolution (read back by the analysis)."""
-        return {"fabric": self.fabric.spec, "kind": self.fabric.kind, "emulation": self.emulation.to_dict(),
-                "split": self.split, "subflows_per_transfer": self.subflows_per_transfer,
-                "scaling": {"rate_scale": self.plan.scaling.rate_scale, "size_scale": self.plan.scaling.size_scale,
-                            "dilation": self.plan.scaling.dilation, "load_factor": self.plan.scaling.load_factor},
-                "plan": self.plan.summary(), "figures": self.figures,
-                "repeats": [{"index": r.index, "seed": r.seed, "messages": len(r.messages)} for r in self.repeats],
-                "failures": None if self.failplan is None else {
-                    k: self.failplan[k] for k in ("recovery", "policy", "steps")}}
+        return {
+            "fabric": self.fabric.spec,
+            "kind": self.fabric.kind,
+            "emulation": self.emulation.to_dict(),
+            "split": self.split,
+            "subflows_per_transfer": self.subflows_per_transfer,
+            "scaling": {
+                "rate_scale": self.plan.scaling.rate_scale,
+                "size_scale": self.plan.scaling.size_scale,
+                "dilation": self.plan.scaling.dilation,
+                "load_factor": self.plan.scaling.load_factor,
+            },
+            "plan": self.plan.summary(),
+            "figures": self.figures,
+            "repeats": [{"index": r.index, "seed": r.seed, "messages": len(r.messages)} for r in self.repeats],
+            "failures": None
+            if self.failplan is None
+            else {k: self.failplan[k] for k in ("recovery", "policy", "steps")},
+        }
 
 
 @dataclass
@@ -100,8 +111,12 @@ class Experiment:
         return self.spec["measurement"]
 
     def resolved(self) -> dict:
-        return {"schema": SCHEMA, "spec": self.spec, "scaling_choice": self.scaling_choice,
-                "fabrics": {label: fr.resolved() for label, fr in self.fabrics.items()}}
+        return {
+            "schema": SCHEMA,
+            "spec": self.spec,
+            "scaling_choice": self.scaling_choice,
+            "fabrics": {label: fr.resolved() for label, fr in self.fabrics.items()},
+        }
 
 
 def resolve(spec: dict) -> Experiment:
@@ -116,8 +131,10 @@ def resolve(spec: dict) -> Experiment:
     for section in ("events", "recovery"):
         unknown = sorted(set(f[section]) - set(spec["fabrics"]))
         if unknown:
-            raise ExperimentSpecError(f"spec error at failures.{section}: {', '.join(unknown)} is not a fabric of this "
-                                      f"spec (fabrics: {', '.join(spec['fabrics'])})")
+            raise ExperimentSpecError(
+                f"spec error at failures.{section}: {', '.join(unknown)} is not a fabric of this "
+                f"spec (fabrics: {', '.join(spec['fabrics'])})"
+            )
     for label, fabric_spec in spec["fabrics"].items():
         fabrics[label] = _resolve_fabric(spec, label, fabric_spec, trace, model, times)
         fabrics[label].failplan = _failplan(spec, fabrics[label])
@@ -132,11 +149,15 @@ def _failplan(spec: dict, fr: FabricRun) -> dict | None:
     horizon = fr.plan.horizon_s
     late = [e for e in events if e["at_emulated_s"] >= horizon]
     if late:
-        raise ExperimentSpecError(f"spec error at failures.events.{fr.label}: an event at {late[0]['at_emulated_s']} s "
-                                  f"is after the last transfer is posted ({horizon:.2f} emulated s): it would hit an "
-                                  f"idle fabric")
-    events = [dict(e, target=_busiest(fr, e["at_emulated_s"]) if e["target"] == "cable:busiest" else e["target"])
-              for e in events]
+        raise ExperimentSpecError(
+            f"spec error at failures.events.{fr.label}: an event at {late[0]['at_emulated_s']} s "
+            f"is after the last transfer is posted ({horizon:.2f} emulated s): it would hit an "
+            f"idle fabric"
+        )
+    events = [
+        dict(e, target=_busiest(fr, e["at_emulated_s"]) if e["target"] == "cable:busiest" else e["target"])
+        for e in events
+    ]
     detect = {k: f[k] for k in ("probe_hz", "probe_window", "probe_min_lost", "probe_timeout_s", "poll_s")}
     try:
         return failplan.document(fr.fabric, events, f["recovery"].get(fr.label, "controller"), detect, fr.label)
@@ -160,15 +181,23 @@ def _resolve_fabric(spec: dict, label: str, fabric_spec: str, trace, model, time
         raise ExperimentSpecError(f"spec error at {where}: {exc}") from None
     rep = validate(fab)
     if not rep.ok:
-        raise ExperimentSpecError(f"spec error at {where}: the fabric does not validate: "
-                                  + "; ".join(f"{k}: {v}" for k, v in rep.checks.items() if v != "ok"))
+        raise ExperimentSpecError(
+            f"spec error at {where}: the fabric does not validate: "
+            + "; ".join(f"{k}: {v}" for k, v in rep.checks.items() if v != "ok")
+        )
     em = spec["emulation"]
     d, w = spec["deployment"], spec["workload"]
     if roce.link_mtu_needed(d["path_mtu"]) > em["mtu_bytes"]:
-        raise ExperimentSpecError(f"spec error at deployment.path_mtu: {d['path_mtu']} needs a link MTU of "
-                                  f"{roce.link_mtu_needed(d['path_mtu'])}; emulation.mtu_bytes is {em['mtu_bytes']}")
-    cfg = EmulationConfig(rate_scale=em["rate_scale"], mtu_bytes=em["mtu_bytes"], queue_limit_pkts=em["queue_limit_pkts"],
-                          burst_bytes=roce.link_mtu_needed(d["path_mtu"]) + roce.ETH_HDR)
+        raise ExperimentSpecError(
+            f"spec error at deployment.path_mtu: {d['path_mtu']} needs a link MTU of "
+            f"{roce.link_mtu_needed(d['path_mtu'])}; emulation.mtu_bytes is {em['mtu_bytes']}"
+        )
+    cfg = EmulationConfig(
+        rate_scale=em["rate_scale"],
+        mtu_bytes=em["mtu_bytes"],
+        queue_limit_pkts=em["queue_limit_pkts"],
+        burst_bytes=roce.link_mtu_needed(d["path_mtu"]) + roce.ETH_HDR,
+    )
     try:
         cfg.validate(fab)
     except UserInputError as exc:
@@ -177,13 +206,30 @@ def _resolve_fabric(spec: dict, label: str, fabric_spec: str, trace, model, time
     repeats = []
     for k in range(spec["repeats"]):
         seed = spec["seed"] + k
-        plan = _user(lambda seed=seed: workload.plan(
-            trace, model, times, fab.n_gpus, int(fab.params["gpus_per_server"]), float(fab.params["gpu_gbps"]) * 1e9,
-            rate_scale=em["rate_scale"], size_scale=w["size_scale"], tp=d["tp"],
-            prefill_instances=d["prefill_instances"], decode_instances=d["decode_instances"], mapping=d["mapping"],
-            scheduler=d["scheduler"], offered_load=w.get("offered_load"), load_factor=w.get("load_factor"),
-            start_index=w["start_index"], requests=w["requests"], prefix_reuse=w["prefix_reuse"], seed=seed),
-            f"workload/deployment ({where})")
+        plan = _user(
+            lambda seed=seed: workload.plan(
+                trace,
+                model,
+                times,
+                fab.n_gpus,
+                int(fab.params["gpus_per_server"]),
+                float(fab.params["gpu_gbps"]) * 1e9,
+                rate_scale=em["rate_scale"],
+                size_scale=w["size_scale"],
+                tp=d["tp"],
+                prefill_instances=d["prefill_instances"],
+                decode_instances=d["decode_instances"],
+                mapping=d["mapping"],
+                scheduler=d["scheduler"],
+                offered_load=w.get("offered_load"),
+                load_factor=w.get("load_factor"),
+                start_index=w["start_index"],
+                requests=w["requests"],
+                prefix_reuse=w["prefix_reuse"],
+                seed=seed,
+            ),
+            f"workload/deployment ({where})",
+        )
         msgs = _messages(fab, plan, split)
         repeats.append(Repeat(k, seed, plan, msgs, _qps(msgs, seed)))
     fr = FabricRun(label, fab, cfg, repeats, split)
@@ -235,8 +281,16 @@ def _messages(fab: Fabric, plan: workload.Plan, split: str | None) -> list[Messa
         for role, share in parts:
             sp = int(src_port_id(fab, t.src_gpu, role))
             da = int(dst_address(fab, t.src_gpu, role, t.dst_gpu))
-            out.append(Message(i, fab.ports[sp].name, fab.ports[da].name, max(1, int(t.bytes * share)),
-                               int(t.real_bytes * share), share))
+            out.append(
+                Message(
+                    i,
+                    fab.ports[sp].name,
+                    fab.ports[da].name,
+                    max(1, int(t.bytes * share)),
+                    int(t.real_bytes * share),
+                    share,
+                )
+            )
     return out
 
 
@@ -267,7 +321,10 @@ def _figures(fr: FabricRun, path_mtu: int) -> dict:
         dur = (m.size_bytes + n_frames * (frame - path_mtu)) * 8 / r
         busy_until[m.src_port] = start + dur
         fps = r / 8 / frame
-        events += [(start, fps, fps * hops[(m.src_port, m.dst_port)]), (start + dur, -fps, -fps * hops[(m.src_port, m.dst_port)])]
+        events += [
+            (start, fps, fps * hops[(m.src_port, m.dst_port)]),
+            (start + dur, -fps, -fps * hops[(m.src_port, m.dst_port)]),
+        ]
     events.sort(key=lambda e: (e[0], e[1]))
     ev = np.array([(e[1], e[2]) for e in events]) if events else np.zeros((0, 2))
     run_fps = np.cumsum(ev[:, 0]) if len(ev) else np.zeros(1)
@@ -275,13 +332,18 @@ def _figures(fr: FabricRun, path_mtu: int) -> dict:
     end = max(busy_until.values()) if busy_until else 0.0
     return {
         "link_rates_mbps": [r / 1e6 for r in rates],
-        "rate_scale": plan.scaling.rate_scale, "size_scale": plan.scaling.size_scale,
-        "dilation": plan.scaling.dilation, "load_factor": plan.scaling.load_factor,
-        "requests": len(plan.requests), "transfers": len(plan.transfers), "messages": len(fr.messages),
+        "rate_scale": plan.scaling.rate_scale,
+        "size_scale": plan.scaling.size_scale,
+        "dilation": plan.scaling.dilation,
+        "load_factor": plan.scaling.load_factor,
+        "requests": len(plan.requests),
+        "transfers": len(plan.transfers),
+        "messages": len(fr.messages),
         "emulated_bytes": int(sum(m.size_bytes for m in fr.messages)),
         "real_bytes": int(sum(m.real_bytes for m in fr.messages)),
         "frames_per_message_p50": float(np.median([-(-m.size_bytes // path_mtu) for m in fr.messages])),
-        "expected_emulated_duration_s": float(end), "expected_real_duration_s": float(end / plan.scaling.dilation),
+        "expected_emulated_duration_s": float(end),
+        "expected_real_duration_s": float(end / plan.scaling.dilation),
         "peak_nic_frames_per_s": float(run_fps.max(initial=0.0)),
         "peak_switch_forwards_per_s": float(run_fwd.max(initial=0.0)),
     }

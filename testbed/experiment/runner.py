@@ -23,16 +23,15 @@ from pathlib import Path
 from traffic.agent import Agent
 
 from ..emulation import failplan, losses, runfolder
-from ..fabric import failures
 from ..emulation.agents import port_spec
 from ..emulation.calibrate import iperf3_udp
 from ..emulation.config import LabFailure
 from ..emulation.probes import LiveRun, prove_path
 from ..emulation.up import LiveFabric, Terminated, raise_terminated
 from ..errors import UserInputError
+from ..fabric import failures
 from ..records import JsonLines, read_json, read_jsonl, write_json
 from .resolve import Experiment, FabricRun, Repeat
-
 
 # The agent plays the NICs: on a 2-core machine shared with ovs-vswitchd and the kernel's
 # softirq work it must not wait for a time slice when a message is due (measured: p99 release
@@ -62,17 +61,28 @@ def run_fabric(exp: Experiment, fr: FabricRun, root: Path, log=print, bar=None) 
     """Bring the fabric up once, calibrate, replay every repeat (re-taking one the hypervisor
     voided), tear down."""
     m = exp.measurement
-    with LiveFabric(fr.fabric, fr.emulation, results_dir=str(root), run_id=fr.label, log=log,
-                    stats_interval_s=m["controller_stats_interval_s"], lldp_interval_s=m["lldp_interval_s"],
-                    failplan=fr.failplan, controller=exp.spec["controller"], registry_id=f"{root.name}.{fr.label}",
-                    kind="run", suppress_sigterm=False) as lf:
+    with LiveFabric(
+        fr.fabric,
+        fr.emulation,
+        results_dir=str(root),
+        run_id=fr.label,
+        log=log,
+        stats_interval_s=m["controller_stats_interval_s"],
+        lldp_interval_s=m["lldp_interval_s"],
+        failplan=fr.failplan,
+        controller=exp.spec["controller"],
+        registry_id=f"{root.name}.{fr.label}",
+        kind="run",
+        suppress_sigterm=False,
+    ) as lf:
         live = LiveRun(lf.dir)
         calib = _calibrate(fr, live, log) if m["calibrate"] else None
         runfolder.update(lf.dir, calibration=calib, replays=[])
         for rep in fr.repeats:
             status, voided = _take(exp, fr, rep, lf, live, log, bar)
-            replays = read_json(lf.dir / "run.json")["replays"] + [{"repeat": rep.index, "status": status,
-                                                                     "voided_attempts": voided}]
+            replays = read_json(lf.dir / "run.json")["replays"] + [
+                {"repeat": rep.index, "status": status, "voided_attempts": voided}
+            ]
             runfolder.update(lf.dir, replays=replays)
             if status != "complete":
                 break
@@ -85,8 +95,10 @@ def _calibrate(fr: FabricRun, live: LiveRun, log) -> dict:
     rate = port_spec(live, first.src_port).rate_bps
     calib = iperf3_udp(live, first.src_port, first.dst_port, rate, duration_s=2)
     calib["ratio"] = calib["goodput_bps"] / rate
-    log(f"[zlab]   calibration {first.src_port} -> {first.dst_port}: iperf3 UDP "
-        f"{calib['goodput_bps'] / 1e6:.2f} Mb/s of {rate / 1e6:.2f} ({100 * calib['ratio']:.1f} %)")
+    log(
+        f"[zlab]   calibration {first.src_port} -> {first.dst_port}: iperf3 UDP "
+        f"{calib['goodput_bps'] / 1e6:.2f} Mb/s of {rate / 1e6:.2f} ({100 * calib['ratio']:.1f} %)"
+    )
     return calib
 
 
@@ -105,8 +117,10 @@ def _take(exp: Experiment, fr: FabricRun, rep: Repeat, lf: LiveFabric, live: Liv
         kept = raw.with_name(f"rep{rep.index}.void{len(voided) + 1}")
         raw.rename(kept)
         voided.append({"folder": kept.name, "reason": reason})
-        log(f"[zlab]   {fr.label} {rep.index + 1}/{len(fr.repeats)}: voided ({reason}); re-taking it "
-            f"({len(voided)}/{m['steal_retakes']}), the attempt kept in raw/{kept.name}")
+        log(
+            f"[zlab]   {fr.label} {rep.index + 1}/{len(fr.repeats)}: voided ({reason}); re-taking it "
+            f"({len(voided)}/{m['steal_retakes']}), the attempt kept in raw/{kept.name}"
+        )
 
 
 def stolen(exp: Experiment, fdir: Path, repeat: int) -> str | None:
@@ -157,22 +171,44 @@ def _set_up(exp: Experiment, fr: FabricRun, rep: Repeat, lf: LiveFabric) -> _Rep
     fab, plan, spec, m = fr.fabric, rep.plan, exp.spec, exp.measurement
     raw = lf.dir / "raw" / f"rep{rep.index}"
     raw.mkdir(parents=True)
-    write_json(raw / "plan.json", {"summary": plan.summary(), "seed": rep.seed,
-                                   "instances": [vars(i) for i in plan.instances],
-                                   "requests": [vars(r) for r in plan.requests],
-                                   "transfers": [vars(t) for t in plan.transfers]})
+    write_json(
+        raw / "plan.json",
+        {
+            "summary": plan.summary(),
+            "seed": rep.seed,
+            "instances": [vars(i) for i in plan.instances],
+            "requests": [vars(r) for r in plan.requests],
+            "transfers": [vars(t) for t in plan.transfers],
+        },
+    )
     ports = [p.name for p in fab.ports if fab.nodes[p.node].role == "switch" and fab.port_link[p.id] >= 0]
     write_json(raw / "ports.json", ports)
     collector = subprocess.Popen(
-        [sys.executable, "-m", "testbed.measure.collector", str(raw / "ports.json"), str(raw),
-         "--period-ms", str(m["queue_sample_ms"]), "--pid", f"ovs={_vswitchd_pid()}", "--pid", f"agent={os.getpid()}"],
-        stderr=open(raw / "collector.log", "w"), preexec_fn=lambda: os.nice(COLLECTOR_NICE))
+        [
+            sys.executable,
+            "-m",
+            "testbed.measure.collector",
+            str(raw / "ports.json"),
+            str(raw),
+            "--period-ms",
+            str(m["queue_sample_ms"]),
+            "--pid",
+            f"ovs={_vswitchd_pid()}",
+            "--pid",
+            f"agent={os.getpid()}",
+        ],
+        stderr=open(raw / "collector.log", "w"),
+        preexec_fn=lambda: os.nice(COLLECTOR_NICE),
+    )
     lf.registry.process(collector.pid, "collector")
     records = JsonLines(raw / "transfers.jsonl")
     fp, fs = fr.failplan, spec["failures"]
-    agent = Agent(records.write, socket_buffer_bytes=spec["emulation"]["agent_socket_buffer_bytes"],
-                  stall_ns=int(fs["stall_emulated_s"] * 1e9) if fp else None,
-                  apm_timeouts=fs["apm_timeouts"] if fp and fp["recovery"] in ("host", "both") else None)
+    agent = Agent(
+        records.write,
+        socket_buffer_bytes=spec["emulation"]["agent_socket_buffer_bytes"],
+        stall_ns=int(fs["stall_emulated_s"] * 1e9) if fp else None,
+        apm_timeouts=fs["apm_timeouts"] if fp and fp["recovery"] in ("host", "both") else None,
+    )
     return _Replay(f"{fr.label} {rep.index + 1}/{len(fr.repeats)}", raw, collector, records, agent)
 
 
@@ -188,8 +224,11 @@ def _connect(exp: Experiment, fr: FabricRun, rep: Repeat, live: LiveRun, agent: 
             agent.add_port(port_spec(live, msg.src_port))
             agent.add_port(port_spec(live, msg.dst_port))
             conns[key] = agent.connect(msg.src_port, msg.dst_port, rep.qps[key], exp.spec["deployment"]["path_mtu"])
-            alt = failures.alternate(fab, msg.src_port, msg.dst_port) if fp and fp["recovery"] in ("host", "both") \
+            alt = (
+                failures.alternate(fab, msg.src_port, msg.dst_port)
+                if fp and fp["recovery"] in ("host", "both")
                 else None
+            )
             if alt is not None:
                 agent.add_port(port_spec(live, alt[0]))
                 agent.add_port(port_spec(live, alt[1]))
@@ -204,14 +243,34 @@ def _post(fr: FabricRun, lf: LiveFabric, r: _Replay, queue: list[tuple]) -> int:
     # t0 only after all set-up work, so no transfer is released late in a burst
     t0 = time.monotonic_ns() + 1_000_000_000
     for conn, msg, t in queue:
-        r.agent.post(conn, msg.size_bytes, at_ns=t0 + int(t.t_post_s * 1e9),
-                     meta={"req": t.req, "shard": t.shard, "real_bytes": msg.real_bytes})
+        r.agent.post(
+            conn,
+            msg.size_bytes,
+            at_ns=t0 + int(t.t_post_s * 1e9),
+            meta={"req": t.req, "shard": t.shard, "real_bytes": msg.real_bytes},
+        )
     write_json(r.raw / "run_clock.json", {"t0_ns": t0, "messages": len(queue)})
     # the schedule as posted (order, QP source ports, due times): what a referee replays
-    write_json(r.raw / "schedule.json", {"t0_ns": t0, "messages": [
-        {"src_port": msg.src_port, "dst_port": msg.dst_port, "sport": conn.sport, "size_bytes": msg.size_bytes,
-         "real_bytes": msg.real_bytes, "t_due_ns": int(t.t_post_s * 1e9), "req": t.req, "shard": t.shard}
-        for conn, msg, t in queue]}, sort_keys=False)
+    write_json(
+        r.raw / "schedule.json",
+        {
+            "t0_ns": t0,
+            "messages": [
+                {
+                    "src_port": msg.src_port,
+                    "dst_port": msg.dst_port,
+                    "sport": conn.sport,
+                    "size_bytes": msg.size_bytes,
+                    "real_bytes": msg.real_bytes,
+                    "t_due_ns": int(t.t_post_s * 1e9),
+                    "req": t.req,
+                    "shard": t.shard,
+                }
+                for conn, msg, t in queue
+            ],
+        },
+        sort_keys=False,
+    )
     if fr.failplan:
         r.injector = _start_injector(lf, t0, r.raw)
     return t0
@@ -244,9 +303,15 @@ def _collect(fr: FabricRun, rep: Repeat, live: LiveRun, r: _Replay, drops_before
     if fr.failplan and rep.index == 0:
         _verify_paths(fr, live, r.agent, r.raw, log)
     after = losses.snapshot(live, _vswitchd_pid())
-    write_json(r.raw / "drops.json", {"before": drops_before, "after": after,
-                                      "delta": losses.delta(drops_before, after),
-                                      "unreadable": losses.unreadable(drops_before, after)})
+    write_json(
+        r.raw / "drops.json",
+        {
+            "before": drops_before,
+            "after": after,
+            "delta": losses.delta(drops_before, after),
+            "unreadable": losses.unreadable(drops_before, after),
+        },
+    )
 
 
 def _tear_down(r: _Replay, lf: LiveFabric, status: str, log) -> None:
@@ -274,9 +339,19 @@ def _tear_down(r: _Replay, lf: LiveFabric, status: str, log) -> None:
 
 
 def _start_injector(lf: LiveFabric, t0: int, raw: Path) -> subprocess.Popen:
-    p = subprocess.Popen([sys.executable, "-m", "testbed.emulation.inject", str(lf.dir), str(t0),
-                          str(raw / "injections.jsonl"), lf.registry.run_id],
-                         stderr=open(raw / "injector.log", "w"), preexec_fn=lambda: os.nice(COLLECTOR_NICE))
+    p = subprocess.Popen(
+        [
+            sys.executable,
+            "-m",
+            "testbed.emulation.inject",
+            str(lf.dir),
+            str(t0),
+            str(raw / "injections.jsonl"),
+            lf.registry.run_id,
+        ],
+        stderr=open(raw / "injector.log", "w"),
+        preexec_fn=lambda: os.nice(COLLECTOR_NICE),
+    )
     lf.registry.process(p.pid, "injector")
     return p
 
@@ -291,8 +366,9 @@ def _stop_injector(p: subprocess.Popen, raw: Path, lf: LiveFabric, log) -> None:
         p.kill()
         raise LabFailure("the failure injector did not stop in 30 s", str(raw / "injector.log")) from None
     recs = read_jsonl(raw / "injections.jsonl")
-    errors = [r["error"] for r in recs if r["action"] == "error"] + [e for r in recs if r["action"] == "restore"
-                                                                       for e in r.get("errors", [])]
+    errors = [r["error"] for r in recs if r["action"] == "error"] + [
+        e for r in recs if r["action"] == "restore" for e in r.get("errors", [])
+    ]
     if errors:
         raise LabFailure(f"failure injection failed: {errors[0]}", str(raw / "injections.jsonl"))
     deadline = time.monotonic() + 30
@@ -302,8 +378,11 @@ def _stop_injector(p: subprocess.Popen, raw: Path, lf: LiveFabric, log) -> None:
         if not states or not states[-1]["down_links"]:
             return
         if time.monotonic() > deadline:
-            raise LabFailure(f"after the failures were undone the controller still sees cables "
-                             f"{states[-1]['down_links']} down (30 s)", str(log_path))
+            raise LabFailure(
+                f"after the failures were undone the controller still sees cables "
+                f"{states[-1]['down_links']} down (30 s)",
+                str(log_path),
+            )
         time.sleep(0.2)
 
 
@@ -329,12 +408,15 @@ def _verify_paths(fr: FabricRun, live: LiveRun, agent: Agent, raw: Path, log, mo
             out.append({"qp": c.cid, "src": src, "dst": dst, "sport": c.sport, "ok": None, "no_path": str(exc)})
     write_json(raw / "verify_paths.json", {"state": state["failures"], "qps_hit": len(hit), "proofs": out})
     ok = sum(1 for r in out if r["ok"])
-    log(f"[zlab]   verify-paths after recovery ({state['failures']}): {ok}/{len(out)} QPs the failure hit take the "
-        f"model's path")
+    log(
+        f"[zlab]   verify-paths after recovery ({state['failures']}): {ok}/{len(out)} QPs the failure hit take the "
+        f"model's path"
+    )
 
 
-def run_experiment(exp: Experiment, results_dir: str = "results", run_id: str | None = None, log=print,
-                   show_progress: bool = True) -> tuple[Path, str]:
+def run_experiment(
+    exp: Experiment, results_dir: str = "results", run_id: str | None = None, log=print, show_progress: bool = True
+) -> tuple[Path, str]:
     """Replay every fabric of a resolved experiment; returns (run folder, status)."""
     from tqdm import tqdm
 
@@ -351,9 +433,17 @@ def run_experiment(exp: Experiment, results_dir: str = "results", run_id: str | 
     root = Path(results_dir) / run_id
     root.mkdir(parents=True, exist_ok=False)
     write_json(root / "experiment.json", exp.resolved(), sort_keys=False)
-    write_json(root / "run.json", {"run_id": run_id, "status": "running", "git_sha": runfolder.git_sha(),
-                                   "versions": runfolder.versions(), "fabrics": exp.spec["fabrics"],
-                                   "started": dt.datetime.now().isoformat(timespec="seconds")})
+    write_json(
+        root / "run.json",
+        {
+            "run_id": run_id,
+            "status": "running",
+            "git_sha": runfolder.git_sha(),
+            "versions": runfolder.versions(),
+            "fabrics": exp.spec["fabrics"],
+            "started": dt.datetime.now().isoformat(timespec="seconds"),
+        },
+    )
     status, cause = "complete", None
     t_start = time.monotonic()
     bar = tqdm(total=1, unit="msg", disable=not show_progress, leave=False, file=sys.stderr)
@@ -363,16 +453,23 @@ def run_experiment(exp: Experiment, results_dir: str = "results", run_id: str | 
             run_fabric(exp, fr, root, log=log, bar=bar)
     except (KeyboardInterrupt, Terminated) as exc:
         status = "incomplete"
-        log(f"[zlab] {'terminated' if isinstance(exc, Terminated) else 'interrupted'}: fabric torn down, recorded "
-            "data kept, run marked incomplete")
+        log(
+            f"[zlab] {'terminated' if isinstance(exc, Terminated) else 'interrupted'}: fabric torn down, recorded "
+            "data kept, run marked incomplete"
+        )
     except BaseException as exc:
         status, cause = "failed", f"{type(exc).__name__}: {exc}"
         raise
     finally:
         signal.signal(signal.SIGTERM, old_term)
         bar.close()
-        runfolder.update(root, status=status, cause=cause, wall_s=time.monotonic() - t_start,
-                         finished=dt.datetime.now().isoformat(timespec="seconds"))
+        runfolder.update(
+            root,
+            status=status,
+            cause=cause,
+            wall_s=time.monotonic() - t_start,
+            finished=dt.datetime.now().isoformat(timespec="seconds"),
+        )
         if status == "failed":
             try:
                 report.build(root)

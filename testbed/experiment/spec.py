@@ -48,7 +48,9 @@ def _section(**props):
 
 
 FAILURE_EVENT = {
-    "type": "object", "additionalProperties": False, "required": ["at_emulated_s", "action", "target"],
+    "type": "object",
+    "additionalProperties": False,
+    "required": ["at_emulated_s", "action", "target"],
     "properties": {
         # emulated seconds after the replay's start (x 1/dilation = real seconds)
         "at_emulated_s": {"type": "number", "minimum": 0},
@@ -64,7 +66,8 @@ FAILURE_EVENT = {
 DEFAULT_FABRICS = {"zcube": "zcube:n=4,gpus_per_server=4", "roft": "roft:gpus=16,gpus_per_server=4,segments=2"}
 
 SCHEMA = {
-    "type": "object", "additionalProperties": False,
+    "type": "object",
+    "additionalProperties": False,
     "properties": {
         "name": {"type": "string", "default": "zcube-vs-roft"},
         "seed": {"type": "integer", "default": 0},
@@ -74,15 +77,20 @@ SCHEMA = {
         "timeout_s": _n(60),
         # the framework running the zlab OpenFlow app (the same app file): os-ken, or real Ryu from .venv-ryu
         "controller": _enum("os-ken", "os-ken", "ryu"),
-        "fabrics": {"type": "object", "minProperties": 1, "default": DEFAULT_FABRICS,
-                    "propertyNames": {"pattern": "^[a-z][a-z0-9_-]{0,15}$"},
-                    "additionalProperties": {"type": "string"}},
+        "fabrics": {
+            "type": "object",
+            "minProperties": 1,
+            "default": DEFAULT_FABRICS,
+            "propertyNames": {"pattern": "^[a-z][a-z0-9_-]{0,15}$"},
+            "additionalProperties": {"type": "string"},
+        },
         "emulation": _section(
             rate_scale=_n(1.25e-5, 0),
             mtu_bytes=_n(9000, 576, False, 9000, integer=True),
             queue_limit_pkts=_n(1000, 1, False, integer=True),
             # the agent's packet-socket buffers (send and receive): too small and frames die there
-            agent_socket_buffer_bytes=_n(8388608, 2304, False, integer=True)),
+            agent_socket_buffer_bytes=_n(8388608, 2304, False, integer=True),
+        ),
         "workload": _section(
             trace={"type": "string", "default": "azure-code"},
             start_index=_n(0, 0, False, integer=True),
@@ -94,7 +102,8 @@ SCHEMA = {
             prefix_reuse={"type": "boolean", "default": False},
             prefill_overhead_s=_n(0.005, 0, False),
             prefill_tokens_per_s=_n(1500000.0, 0),
-            first_decode_step_s=_n(0.02, 0, False)),
+            first_decode_step_s=_n(0.02, 0, False),
+        ),
         "deployment": _section(
             tp=_n(4, 1, False, integer=True),
             prefill_instances=_n(2, 1, False, integer=True),
@@ -102,7 +111,8 @@ SCHEMA = {
             mapping=_enum(MAPPINGS[0], *MAPPINGS),  # the enums come from the registries that use them
             scheduler=_enum(SCHEDULERS[0], *SCHEDULERS),
             split=_enum(_split_policies()[0], *_split_policies()),
-            path_mtu=_enum(4096, 256, 512, 1024, 2048, 4096)),
+            path_mtu=_enum(4096, 256, 512, 1024, 2048, 4096),
+        ),
         "measurement": _section(
             queue_sample_ms=_n(10, 0, maximum=10),
             # the PFC stand-in's XOFF threshold in REAL bytes (x size_scale = emulated bytes)
@@ -125,13 +135,13 @@ SCHEMA = {
             max_link_bytes_error=_n(0.03, 0),
             controller_stats_interval_s=_n(5.0, 0),
             # 0: no LLDP during replays (it is the cabling check's, and a GPU's kernel drops it)
-            lldp_interval_s=_n(0, 0, False)),
+            lldp_interval_s=_n(0, 0, False),
+        ),
         # timed failures injected during every replay (fabric label -> events), and how each fabric recovers
         "failures": _section(
             events={"type": "object", "default": {}, "additionalProperties": {"type": "array", "items": FAILURE_EVENT}},
             # fabric label -> controller | fast-failover | host | both | none (a fabric not named: controller)
-            recovery={"type": "object", "default": {},
-                      "additionalProperties": {"enum": list(RECOVERY_MODES)}},
+            recovery={"type": "object", "default": {}, "additionalProperties": {"enum": list(RECOVERY_MODES)}},
             # the controller's failure detection: port status always; these set its link probes (gray failures)
             probe_hz=_n(10.0, 0),  # probes per second per switch-to-switch cable direction
             # a direction's last N probes, of which this many lost = gray (routed around); 5 of 20 ignores the
@@ -143,10 +153,12 @@ SCHEMA = {
             # host recovery: a QP moves to its GPU's other port after this many timeouts without progress
             apm_timeouts=_n(1, 1, False, integer=True),
             # agent: a QP whose acknowledgements stop this long while data is outstanding records a stall
-            stall_emulated_s=_n(0.05, 0)),
+            stall_emulated_s=_n(0.05, 0),
+        ),
         "referee": _section(  # replay the finished run in ns-3 (zlab referee); needs provision.sh --referee
             scales={"type": "array", "items": {"enum": ["same", "real"]}, "uniqueItems": True, "default": []},
-            real_requests={"type": ["integer", "null"], "minimum": 1, "default": None}),
+            real_requests={"type": ["integer", "null"], "minimum": 1, "default": None},
+        ),
     },
 }
 
@@ -161,27 +173,27 @@ DESCRIPTIONS = {
     "timeout_s": "wall-clock limit of one replay, seconds",
     "controller": "framework running the zlab OpenFlow app: os-ken, or real Ryu from .venv-ryu",
     "fabrics": "fabric label -> fabric spec (kind:key=value,...; `zlab fabric kinds` lists them); every fabric "
-               "replays the same schedule",
+    "replays the same schedule",
     "emulation": "how the real cluster is scaled onto this machine",
     "emulation.rate_scale": "emulated link rate = real rate x rate_scale",
     "emulation.mtu_bytes": "MTU of every emulated link, bytes",
     "emulation.queue_limit_pkts": "switch egress queue limit per port, packets",
     "emulation.agent_socket_buffer_bytes": "the agent's packet-socket buffers (send and receive); too small and "
-                                           "frames die there",
+    "frames die there",
     "workload": "the trace replayed and how requests become KV-cache transfers",
     "workload.trace": "azure-code (shipped), or a path to a CSV or Mooncake JSONL trace",
     "workload.start_index": "first request of the trace replayed",
     "workload.requests": "requests replayed per repeat",
     "workload.model": "model preset (llama3-8b, llama3-70b, qwen2.5-coder-32b, glm-4.5, deepseek-v3, glm-5) or its "
-                      "shape {layers, kv_heads, head_dim, dtype_bytes} / MLA {kv_lora_rank, qk_rope_head_dim}",
+    "shape {layers, kv_heads, head_dim, dtype_bytes} / MLA {kv_lora_rank, qk_rope_head_dim}",
     "workload.size_scale": "emulated bytes = real bytes x size_scale (dilation = size_scale / rate_scale)",
     "workload.offered_load": "mean KV traffic as a fraction of the prefill side's NIC capacity (exactly one of "
-                             "offered_load and load_factor)",
+    "offered_load and load_factor)",
     "workload.load_factor": "compress the trace's arrivals by this factor instead of giving offered_load",
     "workload.prefix_reuse": "Mooncake traces: a block the decode instance already holds does not move",
     "workload.prefill_overhead_s": "fixed prefill time per request, seconds (an assumption)",
     "workload.prefill_tokens_per_s": "prefill rate per P instance, tokens/s (an assumption, high so that the network "
-                                     "limits)",
+    "limits)",
     "workload.first_decode_step_s": "time of the first decode step, seconds (an assumption)",
     "deployment": "where prefill (P) and decode (D) instances sit and how KV shards map between them",
     "deployment.tp": "tensor-parallel GPUs per instance",
@@ -243,6 +255,7 @@ def _describe(schema: dict, texts: dict, prefix: str = "") -> None:
 _describe(SCHEMA, DESCRIPTIONS)
 _describe(FAILURE_EVENT, EVENT_DESCRIPTIONS)
 
+
 def defaults(schema: dict = SCHEMA) -> dict:
     """The default spec, read off the schema."""
     out = {}
@@ -285,8 +298,10 @@ def apply_override(spec: dict, assignment: str) -> dict:
     parts = key.split(".")
     for i, p in enumerate(parts[:-1]):
         if not isinstance(node.get(p), dict):
-            raise ExperimentSpecError(f"override {assignment!r}: {'.'.join(parts[:i + 1])!r} is not a section of the "
-                                      f"spec{_allowed(parts[:i])}")
+            raise ExperimentSpecError(
+                f"override {assignment!r}: {'.'.join(parts[: i + 1])!r} is not a section of the "
+                f"spec{_allowed(parts[:i])}"
+            )
         node = node[p]
     node[parts[-1]] = _value(value, assignment)
     return out

@@ -29,8 +29,13 @@ def lab_name(fab: Fabric) -> str:
     return "zlab-" + re.sub(r"[^A-Za-z0-9_-]+", "-", fab.spec.split(",")[0].replace(":", "-")).strip("-")
 
 
-def to_dict(fab: Fabric, name: str | None = None, image: str = DEFAULT_IMAGE, mtu_bytes: int = 9000,
-            controller: str = "tcp:127.0.0.1:6653") -> dict:
+def to_dict(
+    fab: Fabric,
+    name: str | None = None,
+    image: str = DEFAULT_IMAGE,
+    mtu_bytes: int = 9000,
+    controller: str = "tcp:127.0.0.1:6653",
+) -> dict:
     name = name or lab_name(fab)
     if not NAME_RE.match(name):
         raise FabricFileError(f"lab name {name!r}: letters, digits, '-' and '_' only")
@@ -39,28 +44,43 @@ def to_dict(fab: Fabric, name: str | None = None, image: str = DEFAULT_IMAGE, mt
         ports_of.setdefault(p.node, []).append(p)
     nodes = {}
     for n in fab.nodes:
-        labels = {"zlab.node": json.dumps(list(asdict(n).values()), separators=(",", ":")),
-                  "zlab.ports": json.dumps([list(asdict(p).values()) for p in ports_of.get(n.id, [])],
-                                           separators=(",", ":"))}
+        labels = {
+            "zlab.node": json.dumps(list(asdict(n).values()), separators=(",", ":")),
+            "zlab.ports": json.dumps([list(asdict(p).values()) for p in ports_of.get(n.id, [])], separators=(",", ":")),
+        }
         if n.role == "switch":
             nodes[n.name] = {"kind": "ovs-bridge", "labels": labels}
         else:
-            nodes[n.name] = {"kind": "linux", "image": image, "labels": labels,
-                             "exec": [f"ip {c}" for c in ip_commands(fab, n.id, mtu_bytes)]}
+            nodes[n.name] = {
+                "kind": "linux",
+                "image": image,
+                "labels": labels,
+                "exec": [f"ip {c}" for c in ip_commands(fab, n.id, mtu_bytes)],
+            }
     links = []
     for l in fab.links:
         a, b = fab.ports[l.a], fab.ports[l.b]
-        links.append({"endpoints": [f"{fab.nodes[a.node].name}:{a.name}", f"{fab.nodes[b.node].name}:{b.name}"],
-                      "mtu": mtu_bytes,
-                      "labels": {"zlab.link": json.dumps([l.id, l.rate_bps, l.kind, l.medium], separators=(",", ":"))}})
+        links.append(
+            {
+                "endpoints": [f"{fab.nodes[a.node].name}:{a.name}", f"{fab.nodes[b.node].name}:{b.name}"],
+                "mtu": mtu_bytes,
+                "labels": {"zlab.link": json.dumps([l.id, l.rate_bps, l.kind, l.medium], separators=(",", ":"))},
+            }
+        )
     return {
         "name": name,
         "topology": {
-            "defaults": {"labels": {"zlab.schema": "zlab.clab/1", "zlab.kind": fab.kind, "zlab.spec": fab.spec,
-                                    "zlab.params": json.dumps(dict(fab.params), sort_keys=True, separators=(",", ":")),
-                                    "zlab.node-fields": ",".join(f.name for f in fields(Node)),
-                                    "zlab.port-fields": ",".join(f.name for f in fields(Port)),
-                                    "zlab.controller": controller}},
+            "defaults": {
+                "labels": {
+                    "zlab.schema": "zlab.clab/1",
+                    "zlab.kind": fab.kind,
+                    "zlab.spec": fab.spec,
+                    "zlab.params": json.dumps(dict(fab.params), sort_keys=True, separators=(",", ":")),
+                    "zlab.node-fields": ",".join(f.name for f in fields(Node)),
+                    "zlab.port-fields": ",".join(f.name for f in fields(Port)),
+                    "zlab.controller": controller,
+                }
+            },
             "nodes": nodes,
             "links": links,
         },
@@ -68,8 +88,10 @@ def to_dict(fab: Fabric, name: str | None = None, image: str = DEFAULT_IMAGE, mt
 
 
 def dumps(fab: Fabric, **kw) -> str:
-    head = (f"# containerlab topology of {fab.spec}, written by zlab (zlab fabric export).\n"
-            f"# Switches are ovs-bridge nodes: create them first with the setup script written next to this file.\n")
+    head = (
+        f"# containerlab topology of {fab.spec}, written by zlab (zlab fabric export).\n"
+        f"# Switches are ovs-bridge nodes: create them first with the setup script written next to this file.\n"
+    )
     return head + yaml.safe_dump(to_dict(fab, **kw), sort_keys=False, width=1 << 20)
 
 
@@ -78,13 +100,20 @@ def setup_script(fab: Fabric, controller: str = "tcp:127.0.0.1:6653", datapath: 
     `up` creates every switch bridge pointed at the zlab controller; `ports` (after deploy) pins each
     switch interface to its model port number, which the flow entries use (OVS would otherwise number
     them in attachment order); `down` removes the bridges."""
-    lines = ["#!/bin/sh", f"# zlab: the OVS side of this lab ({fab.spec})",
-             "#   ./THIS.sh up; containerlab deploy -t THIS.clab.yml; ./THIS.sh ports; zlab controller THIS.controller",
-             "set -e", 'case "$1" in', "  up)"]
+    lines = [
+        "#!/bin/sh",
+        f"# zlab: the OVS side of this lab ({fab.spec})",
+        "#   ./THIS.sh up; containerlab deploy -t THIS.clab.yml; ./THIS.sh ports; zlab controller THIS.controller",
+        "set -e",
+        'case "$1" in',
+        "  up)",
+    ]
     for sw in fab.switches:
-        lines.append(f"    ovs-vsctl --may-exist add-br {sw.name} -- set bridge {sw.name} datapath_type={datapath} "
-                     f"fail-mode=secure protocols=OpenFlow13 other-config:datapath-id={sw.dpid:016x} "
-                     f"-- set-controller {sw.name} {controller}")
+        lines.append(
+            f"    ovs-vsctl --may-exist add-br {sw.name} -- set bridge {sw.name} datapath_type={datapath} "
+            f"fail-mode=secure protocols=OpenFlow13 other-config:datapath-id={sw.dpid:016x} "
+            f"-- set-controller {sw.name} {controller}"
+        )
     lines += ["    ;;", "  ports)"]
     for p in fab.ports:
         if fab.nodes[p.node].role == "switch" and fab.port_link[p.id] >= 0:
@@ -106,10 +135,13 @@ def loads(text: str) -> Fabric:
     topo = doc["topology"]
     d = (topo.get("defaults") or {}).get("labels") or {}
     if d.get("zlab.schema") != "zlab.clab/1":
-        raise FabricFileError("not a topology zlab exported (topology.defaults.labels has no zlab.schema "
-                              "'zlab.clab/1'); zlab imports only its own exports")
-    if d.get("zlab.node-fields") != ",".join(f.name for f in fields(Node)) or \
-            d.get("zlab.port-fields") != ",".join(f.name for f in fields(Port)):
+        raise FabricFileError(
+            "not a topology zlab exported (topology.defaults.labels has no zlab.schema "
+            "'zlab.clab/1'); zlab imports only its own exports"
+        )
+    if d.get("zlab.node-fields") != ",".join(f.name for f in fields(Node)) or d.get("zlab.port-fields") != ",".join(
+        f.name for f in fields(Port)
+    ):
         raise FabricFileError("the file was written by a zlab with other node/port fields")
     nodes, ports = [], []
     for name, nd in (topo.get("nodes") or {}).items():
@@ -136,11 +168,19 @@ def loads(text: str) -> Fabric:
             ends = [by_name[tuple(e.split(":", 1))] for e in lk["endpoints"]]
             lid, rate, kind, medium = json.loads(lk["labels"]["zlab.link"])
         except (KeyError, TypeError, ValueError) as exc:
-            raise FabricFileError(f"links[{i}] {lk.get('endpoints') if isinstance(lk, dict) else lk}: unknown "
-                                  f"endpoint or missing zlab.link label ({exc})") from None
+            raise FabricFileError(
+                f"links[{i}] {lk.get('endpoints') if isinstance(lk, dict) else lk}: unknown "
+                f"endpoint or missing zlab.link label ({exc})"
+            ) from None
         links.append(Link(lid, ends[0].id, ends[1].id, rate, kind, medium))
     links.sort(key=lambda l: l.id)
     if [l.id for l in links] != list(range(len(links))):
         raise FabricFileError("link ids are not 0..N-1: cables were added or removed by hand")
-    return Fabric(kind=d["zlab.kind"], spec=d["zlab.spec"], params=json.loads(d["zlab.params"]), nodes=tuple(nodes),
-                  ports=tuple(ports), links=tuple(links))
+    return Fabric(
+        kind=d["zlab.kind"],
+        spec=d["zlab.spec"],
+        params=json.loads(d["zlab.params"]),
+        nodes=tuple(nodes),
+        ports=tuple(ports),
+        links=tuple(links),
+    )

@@ -10,8 +10,8 @@ import math
 from collections import Counter
 from dataclasses import asdict, dataclass
 
-from .model import Fabric
 from .kinds import build_fabric
+from .model import Fabric
 from .params import SpecError
 
 
@@ -42,8 +42,10 @@ def inventory(fab: Fabric) -> dict:
     return {
         "gpus": N,
         "switches": sum(switches.values()),
-        "switch_models": [{"radix": r, "port_gbps": g, "count": c, "asic_tbps": r * g / 1000}
-                          for (r, g), c in sorted(switches.items())],
+        "switch_models": [
+            {"radix": r, "port_gbps": g, "count": c, "asic_tbps": r * g / 1000}
+            for (r, g), c in sorted(switches.items())
+        ],
         "cables": sum(cables.values()),
         "cables_by_medium": {f"{m} {g:g}G": c for (m, g), c in sorted(cables.items())},
         "transceivers": sum(optics.values()),
@@ -57,11 +59,18 @@ def inventory(fab: Fabric) -> dict:
 def price(inv: dict, prices: Prices) -> dict:
     switch = sum(m["count"] * m["radix"] * m["port_gbps"] for m in inv["switch_models"]) * prices.switch_usd_per_gbps
     optics = sum(int(g.rstrip("G")) * c for g, c in inv["transceivers_by_speed"].items()) * prices.optic_usd_per_gbps
-    cables = sum(c * (prices.fibre_cable_usd if k.startswith("fibre") else prices.copper_cable_usd)
-                 for k, c in inv["cables_by_medium"].items())
+    cables = sum(
+        c * (prices.fibre_cable_usd if k.startswith("fibre") else prices.copper_cable_usd)
+        for k, c in inv["cables_by_medium"].items()
+    )
     total = switch + optics + cables
-    return {"switch_usd": switch, "optics_usd": optics, "cables_usd": cables, "total_usd": total,
-            "total_usd_per_gpu": total / inv["gpus"]}
+    return {
+        "switch_usd": switch,
+        "optics_usd": optics,
+        "cables_usd": cables,
+        "total_usd": total,
+        "total_usd_per_gpu": total / inv["gpus"],
+    }
 
 
 def comparison_specs(gpus: int, gpus_per_server: int = 8, gpu_gbps: float = 400.0) -> dict[str, str]:
@@ -98,17 +107,20 @@ def compare(gpus_list: list[int], prices: Prices = Prices(), gpus_per_server: in
             base[label] = row
             rows.append(row)
         z = base["ZCube(n,2)"]
-        for row in rows[-len(specs):]:
+        for row in rows[-len(specs) :]:
             for key in ("switch_tbps_per_gpu", "optics_tbps_per_gpu", "total_usd"):
                 row[f"zcube_vs_this_{key}_pct"] = 100.0 * (z[key] / row[key] - 1.0)
     return rows
 
 
 def format_table(rows: list[dict], prices: Prices) -> str:
-    head = (f"{'GPUs':>6}  {'fabric':<22} {'switches':>8}  {'switch model':<22} {'cables':>7} {'optics':>7}"
-            f"  {'sw Tb/s/GPU':>11} {'optic Tb/s/GPU':>14} {'ZCube Δsw':>9} {'ZCube Δoptics':>13}"
-            f" {'cost $/GPU':>10} {'ZCube Δcost':>11}")
+    head = (
+        f"{'GPUs':>6}  {'fabric':<22} {'switches':>8}  {'switch model':<22} {'cables':>7} {'optics':>7}"
+        f"  {'sw Tb/s/GPU':>11} {'optic Tb/s/GPU':>14} {'ZCube Δsw':>9} {'ZCube Δoptics':>13}"
+        f" {'cost $/GPU':>10} {'ZCube Δcost':>11}"
+    )
     lines = [head, "-" * len(head)]
+
     def pct(r, key):
         return f"{r[key]:>+8.1f}%" if r["fabric"].startswith("ROFT") else f"{'—':>9}"
 
@@ -118,11 +130,14 @@ def format_table(rows: list[dict], prices: Prices) -> str:
             f"{r['gpus']:>6}  {r['fabric']:<22} {r['switches']:>8}  {models:<22} {r['cables']:>7} {r['transceivers']:>7}"
             f"  {r['switch_tbps_per_gpu']:>11.2f} {r['optics_tbps_per_gpu']:>14.2f}"
             f" {pct(r, 'zcube_vs_this_switch_tbps_per_gpu_pct')} {pct(r, 'zcube_vs_this_optics_tbps_per_gpu_pct'):>13}"
-            f" {r['total_usd_per_gpu']:>10.0f} {pct(r, 'zcube_vs_this_total_usd_pct'):>11}")
+            f" {r['total_usd_per_gpu']:>10.0f} {pct(r, 'zcube_vs_this_total_usd_pct'):>11}"
+        )
     lines.append("")
     lines.extend(published_check(rows))
-    lines.append("Δ columns: ZCube(n,2) relative to the row's fabric. Prices are illustrative parameters, "
-                 "not published: " + ", ".join(f"{k}={v:g}" for k, v in asdict(prices).items()))
+    lines.append(
+        "Δ columns: ZCube(n,2) relative to the row's fabric. Prices are illustrative parameters, "
+        "not published: " + ", ".join(f"{k}={v:g}" for k, v in asdict(prices).items())
+    )
     return "\n".join(lines)
 
 
@@ -138,9 +153,13 @@ PUBLISHED = {
 def published_check(rows: list[dict]) -> list[str]:
     out = ["Published reference (spec §3) vs this model:"]
     for tier in ("2-tier", "3-tier"):
-        got = sorted({round(r["zcube_vs_this_switch_tbps_per_gpu_pct"], 1) for r in rows if r["fabric"] == f"ROFT {tier}"})
+        got = sorted(
+            {round(r["zcube_vs_this_switch_tbps_per_gpu_pct"], 1) for r in rows if r["fabric"] == f"ROFT {tier}"}
+        )
         want = PUBLISHED[f"switch capacity ZCube vs ROFT {tier}"]
-        out.append(f"  ZCube switch capacity vs ROFT {tier}: published {want:+.0f} %, model {', '.join(f'{g:+.1f} %' for g in got)}")
+        out.append(
+            f"  ZCube switch capacity vs ROFT {tier}: published {want:+.0f} %, model {', '.join(f'{g:+.1f} %' for g in got)}"
+        )
     for gpus in (1024, 16384):
         want = PUBLISHED.get(f"inventory {gpus}")
         if not any(r["gpus"] == gpus for r in rows):
@@ -149,7 +168,8 @@ def published_check(rows: list[dict]) -> list[str]:
         for label, (count, radix, gbps) in want.items():
             r = next(r for r in rows if r["gpus"] == gpus and r["fabric"] == label)
             m = r["switch_models"][0]
-            parts.append(f"{label} published {count} x {radix}x{gbps}G, model {r['switches']} x "
-                         f"{m['radix']}x{m['port_gbps']:g}G")
+            parts.append(
+                f"{label} published {count} x {radix}x{gbps}G, model {r['switches']} x {m['radix']}x{m['port_gbps']:g}G"
+            )
         out.append(f"  {gpus} GPUs: " + "; ".join(parts))
     return out

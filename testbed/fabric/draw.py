@@ -38,8 +38,10 @@ def to_dot(fab: Fabric) -> str:
     for l in fab.links:
         a, b = fab.ports[l.a], fab.ports[l.b]
         style = "dashed" if l.medium == "copper" else "solid"
-        lines.append(f'  "{fab.nodes[a.node].name}" -- "{fab.nodes[b.node].name}" '
-                     f'[taillabel="{a.number}", headlabel="{b.number}", fontsize=7, style={style}];')
+        lines.append(
+            f'  "{fab.nodes[a.node].name}" -- "{fab.nodes[b.node].name}" '
+            f'[taillabel="{a.number}", headlabel="{b.number}", fontsize=7, style={style}];'
+        )
     lines.append("}")
     return "\n".join(lines) + "\n"
 
@@ -76,14 +78,27 @@ def to_png(fab: Fabric, path: str) -> None:
         ax.plot([x1, x2], [y1, y2], color=colour, lw=0.6, alpha=0.7, ls="--" if l.medium == "copper" else "-")
     for n in fab.nodes:
         x, y = pos[n.id]
-        ax.scatter([x], [y], s=220 if n.role == "switch" else 90, c=_colour(fab, n),
-                   marker="s" if n.role == "switch" else "o", edgecolors="black", linewidths=0.5, zorder=3)
-        ax.annotate(n.name, (x, y), textcoords="offset points", xytext=(0, -12 if n.role == "gpu" else 9),
-                    ha="center", fontsize=6 if n.role == "gpu" else 7)
+        ax.scatter(
+            [x],
+            [y],
+            s=220 if n.role == "switch" else 90,
+            c=_colour(fab, n),
+            marker="s" if n.role == "switch" else "o",
+            edgecolors="black",
+            linewidths=0.5,
+            zorder=3,
+        )
+        ax.annotate(
+            n.name,
+            (x, y),
+            textcoords="offset points",
+            xytext=(0, -12 if n.role == "gpu" else 9),
+            ha="center",
+            fontsize=6 if n.role == "gpu" else 7,
+        )
     counts = fab.counts()
     spec = textwrap.fill(fab.spec.replace(",", ", "), 80)
-    ax.set_title(f"{spec}\n{counts['gpus']} GPUs, {counts['switches']} switches, {counts['cables']} cables",
-                 fontsize=9)
+    ax.set_title(f"{spec}\n{counts['gpus']} GPUs, {counts['switches']} switches, {counts['cables']} cables", fontsize=9)
     rows = sorted({_row(fab, n) for n in fab.nodes})
     kind = kind_of(fab)
     names = kind.row_labels

@@ -78,8 +78,10 @@ def parse(fab: Fabric, items: list[str] | None) -> Failures:
                     raise SpecError(f"--fail cable:{ref}: no cable joins {names[0]} and {names[1]}")
                 cables.add(found[0])
             else:
-                raise SpecError(f"--fail cable:{ref}: give a port (g0-p0, {fab.switches[0].name}-p1) or two node "
-                                f"names joined by a cable (e.g. {cable_nodes_example(fab)})")
+                raise SpecError(
+                    f"--fail cable:{ref}: give a port (g0-p0, {fab.switches[0].name}-p1) or two node "
+                    f"names joined by a cable (e.g. {cable_nodes_example(fab)})"
+                )
         else:
             raise SpecError(f"--fail {item!r}: expected cable:PORT, cable:NODE1,NODE2 or switch:NAME")
     return Failures(frozenset(cables), frozenset(switches))
@@ -193,8 +195,13 @@ def degrade(fab: Fabric, failures: Failures, policy: str | None = None) -> Degra
             if multi.any():
                 ma, mg = addrs[multi], g[multi]
                 uniq, inv = np.unique(mg, return_inverse=True)  # many addresses share one group
-                new = np.array([intern(tuple(p for p in groups[u - n_ports] if p != q))
-                                if q in groups[u - n_ports] else u for u in uniq], dtype=np.int64)
+                new = np.array(
+                    [
+                        intern(tuple(p for p in groups[u - n_ports] if p != q)) if q in groups[u - n_ports] else u
+                        for u in uniq
+                    ],
+                    dtype=np.int64,
+                )
                 ng[rs, ma] = new[inv]
                 lost = ma[new[inv] < 0]
                 if lost.size:
@@ -234,8 +241,9 @@ def crossing(fab: Fabric, flows: list[tuple[str, str, int]], links, tables=None)
     if not flows:
         return []
     port = {p.name: p.id for p in fab.ports[: fab.n_gpus * fab.ports_per_gpu]}
-    w = walk(fab, [port[s] for s, _, _ in flows], [port[d] for _, d, _ in flows], [sp for _, _, sp in flows],
-             tables=tables)
+    w = walk(
+        fab, [port[s] for s, _, _ in flows], [port[d] for _, d, _ in flows], [sp for _, _, sp in flows], tables=tables
+    )
     wanted = set(int(x) for x in links)
     return [any(int(d) // 2 in wanted for d in row if d >= 0) for row in w.dlinks]
 

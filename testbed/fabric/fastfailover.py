@@ -71,8 +71,13 @@ def protection(fab: Fabric, policy: str) -> dict:
         coverage[c] = cov
         for r, a, P, B in mine:
             backups.setdefault(r, {}).setdefault(a, {})[P] = B
-    return {"backups": backups, "transit": transit, "rejected": rejected, "coverage": coverage,
-            "cables": len(per_cable)}
+    return {
+        "backups": backups,
+        "transit": transit,
+        "rejected": rejected,
+        "coverage": coverage,
+        "cables": len(per_cable),
+    }
 
 
 def _holds(fab: Fabric, H: Tables, D: Tables, cable: int, mine, transit) -> float | None:
@@ -159,8 +164,13 @@ def _repick(fab: Fabric, H: Tables, cable: int, mine, transit) -> list[tuple[int
             continue
         node = fab.switches[r].id
         for q in fab.ports:
-            if q.node == node and q.id not in dead and fab.port_link[q.id] >= 0 and peer[q.id] >= gp \
-                    and delivers(r, a, q.id):
+            if (
+                q.node == node
+                and q.id not in dead
+                and fab.port_link[q.id] >= 0
+                and peer[q.id] >= gp
+                and delivers(r, a, q.id)
+            ):
                 out.append((r, a, P, q.id))
                 break
     return out
@@ -183,8 +193,9 @@ def annotate(fab: Fabric, prot: dict) -> dict[str, dict]:
             else:  # the default entry: any address it carries stands for all (one group)
                 if default_rep is None:
                     exact = {fab.port_by_ip[x["ipv4_dst"]].id for x in entries if x["ipv4_mask"] == "255.255.255.255"}
-                    default_rep = next((int(a) for a in np.nonzero(row >= len(fab.ports))[0] if int(a) not in exact),
-                                       None)
+                    default_rep = next(
+                        (int(a) for a in np.nonzero(row >= len(fab.ports))[0] if int(a) not in exact), None
+                    )
                 a = default_rep
             if a is None:
                 continue
@@ -192,8 +203,17 @@ def annotate(fab: Fabric, prot: dict) -> dict[str, dict]:
             B = b.get(a, {}).get(P)
             if B is not None:
                 e["ff_backup"] = fab.ports[B].number
-        transit = [{"priority": PRIORITY_HOST, "ipv4_dst": fab.ports[a].ip, "ipv4_mask": "255.255.255.255", "udp_src": None,
-                    "out_port": fab.ports[p].number, "transit": True}
-                   for (rr, a), p in sorted(prot["transit"].items()) if rr == r]
+        transit = [
+            {
+                "priority": PRIORITY_HOST,
+                "ipv4_dst": fab.ports[a].ip,
+                "ipv4_mask": "255.255.255.255",
+                "udp_src": None,
+                "out_port": fab.ports[p].number,
+                "transit": True,
+            }
+            for (rr, a), p in sorted(prot["transit"].items())
+            if rr == r
+        ]
         out[sw.name] = {"entries": entries, "transit": transit}
     return out

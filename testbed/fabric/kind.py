@@ -9,8 +9,9 @@ defaults.
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Callable
+from typing import TYPE_CHECKING
 
 import numpy as np
 
@@ -22,21 +23,21 @@ if TYPE_CHECKING:  # pragma: no cover
     from .tables import Tables
 
 
-def single_port_dst_address(fab: "Fabric", src_gpu, src_role: str, dst_gpu):
+def single_port_dst_address(fab: Fabric, src_gpu, src_role: str, dst_gpu):
     """One NIC port per GPU: address index == GPU id (GPU ports come first)."""
     return np.asarray(dst_gpu).copy()
 
 
-def single_port_split(fab: "Fabric", policy: str | None = None) -> list[tuple[str, float]]:
+def single_port_split(fab: Fabric, policy: str | None = None) -> list[tuple[str, float]]:
     """One NIC port per GPU: every byte leaves through it; a split policy does not apply."""
     return [(fab.gpu_port(0, 0).role, 1.0)]
 
 
-def no_identity_checks(fab: "Fabric") -> list[tuple[str, str | None]]:
+def no_identity_checks(fab: Fabric) -> list[tuple[str, str | None]]:
     return []
 
 
-def tier_row(node: "Node") -> int:
+def tier_row(node: Node) -> int:
     return node.tier
 
 
@@ -45,18 +46,18 @@ class FabricKind:
     name: str
     summary: str
     params: tuple[Param, ...]
-    build: Callable[[dict], "Fabric"]  # explicitly given, typed params -> Fabric
-    tables: Callable[["Fabric"], "Tables"]  # the forwarding tables the controller installs
-    expected_diameter: Callable[["Fabric"], int]  # switches on the longest GPU-GPU path
+    build: Callable[[dict], Fabric]  # explicitly given, typed params -> Fabric
+    tables: Callable[[Fabric], Tables]  # the forwarding tables the controller installs
+    expected_diameter: Callable[[Fabric], int]  # switches on the longest GPU-GPU path
     # destination address (port id) for traffic leaving src_gpu's `src_role` port (vectorised)
     dst_address: Callable = single_port_dst_address
     # port-split policy -> [(source port role, share of bytes)]
-    split: Callable[["Fabric", str | None], list[tuple[str, float]]] = single_port_split
+    split: Callable[[Fabric, str | None], list[tuple[str, float]]] = single_port_split
     split_policies: tuple[str, ...] = ()
     # [(check name, failure or None)]: the kind's count identities and structural promises
-    identity_checks: Callable[["Fabric"], list[tuple[str, str | None]]] = no_identity_checks
+    identity_checks: Callable[[Fabric], list[tuple[str, str | None]]] = no_identity_checks
     # drawing hints: node -> row, row -> label, a legend line
-    draw_row: Callable[["Node"], int] = tier_row
+    draw_row: Callable[[Node], int] = tier_row
     row_labels: dict = field(default_factory=lambda: {0: "GPUs", 1: "tier 1", 2: "tier 2", 3: "tier 3"})
     draw_note: str = ""
     # failure repair (failures.py): policy names (first = default), those that move broken subflows to the
@@ -75,15 +76,18 @@ class FabricKind:
         for p in self.params:
             if p.name == name:
                 return p
-        raise SpecError(f"{self.name}: unknown parameter {name!r}; valid parameters: "
-                        f"{', '.join(p.name for p in self.params)}")
+        raise SpecError(
+            f"{self.name}: unknown parameter {name!r}; valid parameters: {', '.join(p.name for p in self.params)}"
+        )
 
     def switch_group(self, name: str) -> SwitchGroup:
         for g in self.switch_groups:
             if g.name == name:
                 return g
-        raise ValueError(f"{self.name}: no switch group {name!r}; the kind declares "
-                         f"{', '.join(g.name for g in self.switch_groups) or 'none'}")
+        raise ValueError(
+            f"{self.name}: no switch group {name!r}; the kind declares "
+            f"{', '.join(g.name for g in self.switch_groups) or 'none'}"
+        )
 
     def check_split(self, policy: str | None) -> None:
         if policy is not None and self.split_policies and policy not in self.split_policies:
@@ -92,7 +96,10 @@ class FabricKind:
     def describe(self) -> str:
         lines = [f"{self.name}: {self.summary}"]
         for p in self.params:
-            default = "required" if p.default is None and "derived" not in p.help else (
-                "derived" if p.default is None else f"default {p.default}")
+            default = (
+                "required"
+                if p.default is None and "derived" not in p.help
+                else ("derived" if p.default is None else f"default {p.default}")
+            )
             lines.append(f"  {p.name:<20} {p.type.__name__:<6} {default:<14} {p.help}")
         return "\n".join(lines)

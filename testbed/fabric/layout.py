@@ -49,7 +49,7 @@ class Constraints:
     aoc_cable_usd: float = 700.0
 
     @classmethod
-    def parse(cls, items: list[str] | None) -> "Constraints":
+    def parse(cls, items: list[str] | None) -> Constraints:
         """key=value strings (the CLI's --set); unknown keys and non-positive values are refused."""
         known = {f.name: f.type for f in fields(cls)}
         kw = {}
@@ -68,19 +68,24 @@ class Constraints:
             kw[key] = num
         c = cls(**kw)
         if not (c.dac_max_m <= c.aec_max_m <= c.aoc_max_m):
-            raise SpecError(f"layout: reach thresholds must grow: dac_max_m {c.dac_max_m} <= aec_max_m "
-                            f"{c.aec_max_m} <= aoc_max_m {c.aoc_max_m}")
+            raise SpecError(
+                f"layout: reach thresholds must grow: dac_max_m {c.dac_max_m} <= aec_max_m "
+                f"{c.aec_max_m} <= aoc_max_m {c.aoc_max_m}"
+            )
         if c.servers_in_rack < 1:
-            raise SpecError(f"layout: not one server fits a rack ({c.server_units} U and {c.server_power_kw} kW "
-                            f"per server; {c.rack_units} U and {c.rack_power_kw} kW per rack)")
+            raise SpecError(
+                f"layout: not one server fits a rack ({c.server_units} U and {c.server_power_kw} kW "
+                f"per server; {c.rack_units} U and {c.rack_power_kw} kW per rack)"
+            )
         if c.switches_in_rack < 1:
             raise SpecError(f"layout: not one switch fits a rack ({c.switch_units} U, {c.switch_power_kw} kW)")
         return c
 
     @property
     def servers_in_rack(self) -> int:
-        return min(self.servers_per_rack, int(self.rack_power_kw // self.server_power_kw),
-                   self.rack_units // self.server_units)
+        return min(
+            self.servers_per_rack, int(self.rack_power_kw // self.server_power_kw), self.rack_units // self.server_units
+        )
 
     @property
     def switches_in_rack(self) -> int:
@@ -164,8 +169,10 @@ def _server_rows(n_servers: int, c: Constraints, net_racks: int) -> tuple[int, i
     """(server racks per row, server rows) with net_racks network racks in the middle of every row."""
     per_row = c.racks_per_row - net_racks
     if per_row < 1:
-        raise SpecError(f"layout: rows of {c.racks_per_row} racks leave no room for servers next to {net_racks} "
-                        "network rack(s); raise racks_per_row")
+        raise SpecError(
+            f"layout: rows of {c.racks_per_row} racks leave no room for servers next to {net_racks} "
+            "network rack(s); raise racks_per_row"
+        )
     racks = math.ceil(n_servers / c.servers_in_rack)
     return per_row, math.ceil(racks / per_row)
 
@@ -216,8 +223,9 @@ def plan(fab: Fabric, c: Constraints = Constraints()) -> Layout:
     for s in servers:
         r = server_ix[s] // spr
         row, k = divmod(r, per_row)
-        server_place[s] = Place(rack(hall_row[row], server_cols[k], "server"), 1 + (server_ix[s] % spr) * c.server_units,
-                                c.server_units)
+        server_place[s] = Place(
+            rack(hall_row[row], server_cols[k], "server"), 1 + (server_ix[s] % spr) * c.server_units, c.server_units
+        )
     for g in fab.gpus:
         node_place[g.id] = server_place[g.server]
     fill: Counter = Counter()
@@ -225,15 +233,25 @@ def plan(fab: Fabric, c: Constraints = Constraints()) -> Layout:
         row = local[sw]
         k, slot = divmod(fill[row], c.switches_in_rack)
         fill[row] += 1
-        node_place[sw] = Place(rack(hall_row[row], net_cols[k], "row-network"), 1 + slot * c.switch_units,
-                               c.switch_units)
-    order = sorted(central, key=lambda i: (fab.nodes[i].tier, fab.nodes[i].group, fab.nodes[i].segment,
-                                           fab.nodes[i].pod, fab.nodes[i].index))
+        node_place[sw] = Place(
+            rack(hall_row[row], net_cols[k], "row-network"), 1 + slot * c.switch_units, c.switch_units
+        )
+    order = sorted(
+        central,
+        key=lambda i: (
+            fab.nodes[i].tier,
+            fab.nodes[i].group,
+            fab.nodes[i].segment,
+            fab.nodes[i].pod,
+            fab.nodes[i].index,
+        ),
+    )
     for i, sw in enumerate(order):
         r, slot = divmod(i, c.switches_in_rack)
         row, col = divmod(r, cols)
-        node_place[sw] = Place(rack(first_half + row, col, "central-network"), 1 + slot * c.switch_units,
-                               c.switch_units)
+        node_place[sw] = Place(
+            rack(first_half + row, col, "central-network"), 1 + slot * c.switch_units, c.switch_units
+        )
     lay = Layout(fab.spec, c, racks, node_place, [], cols)
     lay.cables = [_cable(fab, lay, link) for link in fab.links]
     return lay
@@ -265,8 +283,16 @@ def route_length_m(lay: Layout, a_node: int, b_node: int) -> float:
 def _cable(fab: Fabric, lay: Layout, link) -> Cable:
     pa, pb = fab.ports[link.a], fab.ports[link.b]
     length = round(route_length_m(lay, pa.node, pb.node), 2)
-    return Cable(cable_id(link.id), link.id, link.kind, link.rate_bps / 1e9, pa.name, pb.name, length,
-                 medium_for(length, lay.constraints))
+    return Cable(
+        cable_id(link.id),
+        link.id,
+        link.kind,
+        link.rate_bps / 1e9,
+        pa.name,
+        pb.name,
+        length,
+        medium_for(length, lay.constraints),
+    )
 
 
 def length_bin(length_m: float) -> str:
@@ -290,8 +316,12 @@ def bom(fab: Fabric, lay: Layout, prices: Prices = Prices()) -> dict:
     inv = inventory(fab)
     switch_usd = price(inv, prices)["switch_usd"]
     transceiver_usd = sum(2 * cb.rate_gbps * prices.optic_usd_per_gbps for cb in optics)
-    cable_usd = (by_medium["DAC"] * prices.copper_cable_usd + by_medium["AEC"] * c.aec_cable_usd
-                 + by_medium["AOC"] * c.aoc_cable_usd + by_medium["optics"] * prices.fibre_cable_usd)
+    cable_usd = (
+        by_medium["DAC"] * prices.copper_cable_usd
+        + by_medium["AEC"] * c.aec_cable_usd
+        + by_medium["AOC"] * c.aoc_cable_usd
+        + by_medium["optics"] * prices.fibre_cable_usd
+    )
     total = switch_usd + transceiver_usd + cable_usd
     roles = Counter(r.role for r in lay.racks)
     return {
@@ -303,17 +333,23 @@ def bom(fab: Fabric, lay: Layout, prices: Prices = Prices()) -> dict:
         "cables": len(lay.cables),
         "cables_by_medium": {m: by_medium[m] for m in MEDIA},
         "cables_by_medium_speed": dict(sorted(by_medium_speed.items())),
-        "cables_by_medium_length": {m: dict(sorted(by_bin[m].items(), key=lambda kv: _bin_key(kv[0])))
-                                    for m in MEDIA if by_bin[m]},
+        "cables_by_medium_length": {
+            m: dict(sorted(by_bin[m].items(), key=lambda kv: _bin_key(kv[0]))) for m in MEDIA if by_bin[m]
+        },
         "transceivers": 2 * len(optics),
         "cable_length_m": round(sum(cb.length_m for cb in lay.cables), 1),
         "fibre_length_m": round(sum(cb.length_m for cb in fibre), 1),
         "longest_cable_m": max((cb.length_m for cb in lay.cables), default=0.0),
         "optical_share": len(fibre) / len(lay.cables) if lay.cables else 0.0,
-        "cost": {"switch_usd": switch_usd, "transceiver_usd": transceiver_usd, "cable_usd": cable_usd,
-                 "total_usd": total, "total_usd_per_gpu": total / fab.n_gpus,
-                 "prices": {**asdict(prices), "aec_cable_usd": c.aec_cable_usd, "aoc_cable_usd": c.aoc_cable_usd},
-                 "note": "illustrative prices, not published figures"},
+        "cost": {
+            "switch_usd": switch_usd,
+            "transceiver_usd": transceiver_usd,
+            "cable_usd": cable_usd,
+            "total_usd": total,
+            "total_usd_per_gpu": total / fab.n_gpus,
+            "prices": {**asdict(prices), "aec_cable_usd": c.aec_cable_usd, "aoc_cable_usd": c.aoc_cable_usd},
+            "note": "illustrative prices, not published figures",
+        },
     }
 
 
@@ -322,16 +358,38 @@ def _bin_key(label: str) -> float:
     return num + (0.5 if label.startswith(">") else 0.0)
 
 
-PATCH_FIELDS = ("cable_id", "kind", "rate_gbps", "medium", "length_m", "a_port", "a_rack", "a_unit", "b_port",
-                "b_rack", "b_unit")
+PATCH_FIELDS = (
+    "cable_id",
+    "kind",
+    "rate_gbps",
+    "medium",
+    "length_m",
+    "a_port",
+    "a_rack",
+    "a_unit",
+    "b_port",
+    "b_rack",
+    "b_unit",
+)
 
 
 def patch_rows(fab: Fabric, lay: Layout):
     for cb in lay.cables:
         link = fab.links[cb.link]
         pa, pb = (lay.node_place[fab.ports[p].node] for p in (link.a, link.b))
-        yield (cb.id, cb.kind, f"{cb.rate_gbps:g}", cb.medium, f"{cb.length_m:.2f}", cb.a_port,
-               lay.racks[pa.rack].name, pa.unit, cb.b_port, lay.racks[pb.rack].name, pb.unit)
+        yield (
+            cb.id,
+            cb.kind,
+            f"{cb.rate_gbps:g}",
+            cb.medium,
+            f"{cb.length_m:.2f}",
+            cb.a_port,
+            lay.racks[pa.rack].name,
+            pa.unit,
+            cb.b_port,
+            lay.racks[pb.rack].name,
+            pb.unit,
+        )
 
 
 def patch_list_csv(fab: Fabric, lay: Layout) -> str:
@@ -351,6 +409,11 @@ def read_patch_list(text: str) -> dict[frozenset, dict]:
 
 
 def layout_json(lay: Layout) -> dict:
-    return {"spec": lay.spec, "constraints": asdict(lay.constraints),
-            "servers_per_rack": lay.constraints.servers_in_rack, "switches_per_rack": lay.constraints.switches_in_rack,
-            "cols": lay.cols, "racks": [asdict(r) for r in lay.racks]}
+    return {
+        "spec": lay.spec,
+        "constraints": asdict(lay.constraints),
+        "servers_per_rack": lay.constraints.servers_in_rack,
+        "switches_per_rack": lay.constraints.switches_in_rack,
+        "cols": lay.cols,
+        "racks": [asdict(r) for r in lay.racks],
+    }

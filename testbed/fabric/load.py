@@ -74,8 +74,9 @@ def pattern(fab: Fabric, name: str, fraction: float = 1.0, seed: int = 0, fan_in
         dst = half * s + src // fan_in
     else:  # all-to-all
         if N > MAX_ALL_TO_ALL_GPUS:
-            raise PatternError(f"all-to-all on {N} GPUs is {N * (N - 1):,} flows; the estimator caps it at "
-                               f"{MAX_ALL_TO_ALL_GPUS} GPUs")
+            raise PatternError(
+                f"all-to-all on {N} GPUs is {N * (N - 1):,} flows; the estimator caps it at {MAX_ALL_TO_ALL_GPUS} GPUs"
+            )
         a, b = np.meshgrid(np.arange(N), np.arange(N), indexing="ij")
         keep = a != b
         src, dst = a[keep], b[keep]
@@ -194,8 +195,11 @@ def estimate(fab: Fabric, traffic: Traffic, split: str | None = None, seed: int 
                 idx = np.nonzero(~ok)[0]
                 if idx.size == 0:
                     break
-                da2 = (dst_address(fab, traffic.src[idx], other, traffic.dst[idx]) if dst_role is None
-                       else src_port_id(fab, traffic.dst[idx], dst_role))
+                da2 = (
+                    dst_address(fab, traffic.src[idx], other, traffic.dst[idx])
+                    if dst_role is None
+                    else src_port_id(fab, traffic.dst[idx], dst_role)
+                )
                 w2 = walk(fab, src_port_id(fab, traffic.src[idx], other), da2, sport[idx], tables=tables)
                 good = (w2.n_hops >= 0) & ~_crosses(w2.dlinks, degraded.link_down)
                 width = max(dl.shape[1], w2.dlinks.shape[1])
@@ -218,8 +222,9 @@ def estimate(fab: Fabric, traffic: Traffic, split: str | None = None, seed: int 
     demand = np.concatenate(sub_demand)
     rates = max_min_fair(links, demand, cap)
     per_transfer = np.bincount(np.concatenate(owner), weights=rates, minlength=traffic.src.size)
-    return LoadResult(load, load / cap, per_transfer, traffic.demand_bps, int(demand.size), lost_sub,
-                      int((~delivered).sum()), moved)
+    return LoadResult(
+        load, load / cap, per_transfer, traffic.demand_bps, int(demand.size), lost_sub, int((~delivered).sum()), moved
+    )
 
 
 def _crosses(dlinks: np.ndarray, link_down: np.ndarray) -> np.ndarray:

@@ -9,9 +9,10 @@ which lets routing index addresses by port id without lookups.
 from __future__ import annotations
 
 import json
+from collections.abc import Mapping
 from dataclasses import asdict, dataclass, field, fields
 from functools import cached_property
-from typing import Any, Mapping
+from typing import Any
 
 import numpy as np
 
@@ -176,7 +177,7 @@ class Fabric:
         return json.dumps(self.to_dict(), sort_keys=True, separators=(",", ":")) + "\n"
 
     @classmethod
-    def from_dict(cls, data: Mapping) -> "Fabric":
+    def from_dict(cls, data: Mapping) -> Fabric:
         if data.get("schema") != SCHEMA:
             raise FabricFileError(f"not a zlab fabric file: schema {data.get('schema')!r}, expected {SCHEMA!r}")
 
@@ -197,11 +198,11 @@ class Fabric:
         )
 
     @classmethod
-    def from_json(cls, text: str) -> "Fabric":
+    def from_json(cls, text: str) -> Fabric:
         return cls.from_dict(json.loads(text))
 
     @classmethod
-    def load(cls, path) -> "Fabric":
+    def load(cls, path) -> Fabric:
         with open(path, encoding="utf-8") as fh:
             return cls.from_json(fh.read())
 

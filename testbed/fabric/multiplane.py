@@ -77,16 +77,24 @@ class MultiPlane:
     def counts(self) -> dict:
         c = self.plane.counts()
         mult = self.planes
-        return {"planes": self.planes, "gpus": self.n_gpus, "switches": mult * c["switches"],
-                "nic_links": mult * c["nic_links"], "fabric_links": mult * c["fabric_links"],
-                "cables": mult * c["cables"], "nic_ports_per_gpu": 2 * self.planes if self.assign == "nic" else 2}
+        return {
+            "planes": self.planes,
+            "gpus": self.n_gpus,
+            "switches": mult * c["switches"],
+            "nic_links": mult * c["nic_links"],
+            "fabric_links": mult * c["fabric_links"],
+            "cables": mult * c["cables"],
+            "nic_ports_per_gpu": 2 * self.planes if self.assign == "nic" else 2,
+        }
 
 
 def parse(spec: str) -> dict:
     name, _, rest = spec.strip().partition(":")
     if name != KIND:
-        raise SpecError(f"not a multi-plane spec: {spec!r}; expected {KIND}:planes=P,n=N[,gpus_per_server=S,"
-                        f"gpu_gbps=G,assign=rank|nic]")
+        raise SpecError(
+            f"not a multi-plane spec: {spec!r}; expected {KIND}:planes=P,n=N[,gpus_per_server=S,"
+            f"gpu_gbps=G,assign=rank|nic]"
+        )
     given = dict(DEFAULTS)
     for item in filter(None, (s.strip() for s in rest.split(","))):
         key, eq, raw = item.partition("=")
@@ -104,8 +112,10 @@ def parse(spec: str) -> dict:
     if given["planes"] < 1:
         raise SpecError(f"{KIND}: planes must be >= 1")
     if given["assign"] == "rank" and given["gpus_per_server"] % given["planes"]:
-        raise SpecError(f"{KIND}: assign=rank needs planes ({given['planes']}) to divide gpus_per_server "
-                        f"({given['gpus_per_server']}): every server needs a GPU in every plane for the relay")
+        raise SpecError(
+            f"{KIND}: assign=rank needs planes ({given['planes']}) to divide gpus_per_server "
+            f"({given['gpus_per_server']}): every server needs a GPU in every plane for the relay"
+        )
     return given
 
 
@@ -128,10 +138,16 @@ def validate_planes(mp: MultiPlane) -> dict:
     checks = {f"plane: {k}": v for k, v in rep.checks.items()}
     pc = mp.plane.counts()  # the built plane's counts against the formulas
     P, n = mp.planes, mp.n
-    for label, got, want in (("plane GPUs = n^2", pc["gpus"], n * n), ("plane switches = 2n", pc["switches"], 2 * n),
-                             ("plane cables = 3n^2", pc["cables"], 3 * n * n),
-                             ("plane GPUs per server", int(mp.plane.params["gpus_per_server"]),
-                              mp.gpus_per_server // P if mp.assign == "rank" else mp.gpus_per_server)):
+    for label, got, want in (
+        ("plane GPUs = n^2", pc["gpus"], n * n),
+        ("plane switches = 2n", pc["switches"], 2 * n),
+        ("plane cables = 3n^2", pc["cables"], 3 * n * n),
+        (
+            "plane GPUs per server",
+            int(mp.plane.params["gpus_per_server"]),
+            mp.gpus_per_server // P if mp.assign == "rank" else mp.gpus_per_server,
+        ),
+    ):
         checks[label] = "ok" if got == want else f"{got} != {want}"
     if mp.assign == "rank":
         # every (server, rank) has a relay peer in every plane, and the peer is in that plane
@@ -140,18 +156,24 @@ def validate_planes(mp: MultiPlane) -> dict:
         for q in range(P):
             dst_in_q = np.full(g.size, q)  # any GPU of plane q: rank q
             relay = mp.relay_gpu(g, dst_in_q)
-            bad += int(((relay // mp.gpus_per_server) != (g // mp.gpus_per_server)).sum()
-                       + (mp.plane_of(relay) != q).sum())
+            bad += int(
+                ((relay // mp.gpus_per_server) != (g // mp.gpus_per_server)).sum() + (mp.plane_of(relay) != q).sum()
+            )
         plane_ids = mp.plane_index(g)
         per_plane = [np.sort(plane_ids[mp.plane_of(g) == q]) for q in range(P)]
         onto = all(np.array_equal(x, np.arange(mp.plane.n_gpus)) for x in per_plane)
         checks["every GPU pair reachable (in plane, or via a same-server relay)"] = (
-            "ok" if bad == 0 and onto and rep.ok else f"{bad} relays leave their server or plane; planes onto: {onto}")
+            "ok" if bad == 0 and onto and rep.ok else f"{bad} relays leave their server or plane; planes onto: {onto}"
+        )
     else:
         checks["every GPU pair reachable (in every plane)"] = "ok" if rep.ok else "plane validation failed"
     ok = all(v == "ok" for v in checks.values())
-    return {"ok": ok, "checks": checks, "diameter_switches": rep.diameter_switches,
-            "max_scale_up_hops": 1 if (mp.assign == "rank" and P > 1) else 0}
+    return {
+        "ok": ok,
+        "checks": checks,
+        "diameter_switches": rep.diameter_switches,
+        "max_scale_up_hops": 1 if (mp.assign == "rank" and P > 1) else 0,
+    }
 
 
 def estimate_planes(mp: MultiPlane, name: str, fraction: float = 1.0, seed: int = 0) -> dict:
@@ -159,8 +181,7 @@ def estimate_planes(mp: MultiPlane, name: str, fraction: float = 1.0, seed: int 
     plane; max-min rates of a transfer are summed over the planes it uses."""
     if name not in PATTERNS or name == "all-to-all":
         raise SpecError(f"multi-plane patterns: {', '.join(p for p in PATTERNS if p != 'all-to-all')}")
-    view = SimpleNamespace(n_gpus=mp.n_gpus, params={"gpus_per_server": mp.gpus_per_server,
-                                                     "gpu_gbps": mp.gpu_gbps})
+    view = SimpleNamespace(n_gpus=mp.n_gpus, params={"gpus_per_server": mp.gpus_per_server, "gpu_gbps": mp.gpu_gbps})
     tr = pattern(view, name, fraction=fraction, seed=seed)
     rates = np.zeros(len(tr))
     worst_util, p99s, relayed = 0.0, [], 0.0
@@ -183,20 +204,28 @@ def estimate_planes(mp: MultiPlane, name: str, fraction: float = 1.0, seed: int 
         loaded = res.util[res.util > 0]
         p99s.append(float(np.percentile(loaded, 99)) if loaded.size else 0.0)
     achieved = rates / tr.demand_bps
-    return {"pattern": name, "transfers": len(tr), "max_link_util": worst_util, "p99_link_util_max_plane": max(p99s),
-            "relayed_fraction_of_bytes": relayed,
-            "maxmin_min_fraction_of_demand": float(achieved.min()),
-            "aggregate_throughput_fraction": float(rates.sum() / tr.demand_bps.sum())}
+    return {
+        "pattern": name,
+        "transfers": len(tr),
+        "max_link_util": worst_util,
+        "p99_link_util_max_plane": max(p99s),
+        "relayed_fraction_of_bytes": relayed,
+        "maxmin_min_fraction_of_demand": float(achieved.min()),
+        "aggregate_throughput_fraction": float(rates.sum() / tr.demand_bps.sum()),
+    }
 
 
 def inventory_planes(mp: MultiPlane) -> dict:
     inv = inventory(mp.plane)
     P = mp.planes
-    return {"switches": P * inv["switches"], "switch_models": [{**m, "count": P * m["count"]}
-                                                               for m in inv["switch_models"]],
-            "cables": P * inv["cables"], "transceivers": P * inv["transceivers"],
-            "switch_tbps_per_gpu": P * inv["switch_tbps_per_gpu"] * mp.plane.n_gpus / mp.n_gpus,
-            "optics_tbps_per_gpu": P * inv["optics_tbps_per_gpu"] * mp.plane.n_gpus / mp.n_gpus}
+    return {
+        "switches": P * inv["switches"],
+        "switch_models": [{**m, "count": P * m["count"]} for m in inv["switch_models"]],
+        "cables": P * inv["cables"],
+        "transceivers": P * inv["transceivers"],
+        "switch_tbps_per_gpu": P * inv["switch_tbps_per_gpu"] * mp.plane.n_gpus / mp.n_gpus,
+        "optics_tbps_per_gpu": P * inv["optics_tbps_per_gpu"] * mp.plane.n_gpus / mp.n_gpus,
+    }
 
 
 def run(spec: str, patterns: list[str], fraction: float = 1.0, seeds: int = 1) -> dict:
@@ -210,12 +239,20 @@ def run(spec: str, patterns: list[str], fraction: float = 1.0, seeds: int = 1) -
     t1 = time.perf_counter()
     for name in patterns:
         draws = [estimate_planes(mp, name, fraction, seed) for seed in range(seeds)]
-        loads[name] = {k: ([d[k] for d in draws] if isinstance(draws[0][k], float) else draws[0][k])
-                       for k in draws[0]}
+        loads[name] = {k: ([d[k] for d in draws] if isinstance(draws[0][k], float) else draws[0][k]) for k in draws[0]}
     t_load = time.perf_counter() - t1
-    return {"spec": mp.spec, "plane_spec": mp.plane.spec, "counts": mp.counts(), "validation": val,
-            "inventory": inventory_planes(mp), "loads": loads,
-            "build_s": t_build, "validate_s": t_val, "load_s": t_load,
-            "peak_rss_mib": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024,
-            "gpus_per_plane": mp.plane.n_gpus, "plane_switch_radix": mp.plane.switches[0].radix,
-            "plane_port_gbps": mp.plane.gpu_port(0, 0).rate_bps / 1e9}
+    return {
+        "spec": mp.spec,
+        "plane_spec": mp.plane.spec,
+        "counts": mp.counts(),
+        "validation": val,
+        "inventory": inventory_planes(mp),
+        "loads": loads,
+        "build_s": t_build,
+        "validate_s": t_val,
+        "load_s": t_load,
+        "peak_rss_mib": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024,
+        "gpus_per_plane": mp.plane.n_gpus,
+        "plane_switch_radix": mp.plane.switches[0].radix,
+        "plane_port_gbps": mp.plane.gpu_port(0, 0).rate_bps / 1e9,
+    }

@@ -7,11 +7,10 @@ from . import ids
 from .ecmp import ecmp_table, ecmp_window
 from .tables import Tables
 
-
 PRIORITY_HOST, PRIORITY_DEFAULT, PRIORITY_UDP_BUCKET = 1000, 500, 100  # bucket: added to base
 
 
-def flow_entries(tables: "Tables", switch: str) -> list[dict]:
+def flow_entries(tables: Tables, switch: str) -> list[dict]:
     """The switch's table as OpenFlow-ready entries (what the controller installs).
 
     Single-port entries match ipv4_dst; an ECMP entry becomes one entry per hash bucket,
@@ -30,9 +29,14 @@ def flow_entries(tables: "Tables", switch: str) -> list[dict]:
             shift, bits = ecmp_window(seed, len(ports))
             table = ecmp_table(seed, len(ports))
             for b in range(1 << bits):
-                out.append({"priority": base + PRIORITY_UDP_BUCKET, **match,
-                            "udp_src": [b << shift, ((1 << bits) - 1) << shift],
-                            "out_port": ports[int(table[b])]})
+                out.append(
+                    {
+                        "priority": base + PRIORITY_UDP_BUCKET,
+                        **match,
+                        "udp_src": [b << shift, ((1 << bits) - 1) << shift],
+                        "out_port": ports[int(table[b])],
+                    }
+                )
     return out
 
 

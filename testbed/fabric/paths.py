@@ -38,7 +38,6 @@ class Route:
         return tuple(h.switch for h in self.hops)
 
 
-
 def forwarding_tables(fabric: Fabric) -> Tables:
     """The fabric's tables, built once by its kind's rule and cached on the fabric."""
     cache = fabric._cache
@@ -136,8 +135,10 @@ def route(fab: Fabric, src: str, dst: str, sport: int = 49152, tables: Tables | 
     w = walk(fab, [sp], [da], sport, tables=tables)
     k = int(w.n_hops[0])
     if k < 0:
-        raise LookupError(f"no route from {fab.ports[sp].name} to {fab.ports[da].name}: "
-                          f"{'no table entry' if k == -1 else 'forwarding loop'}")
+        raise LookupError(
+            f"no route from {fab.ports[sp].name} to {fab.ports[da].name}: "
+            f"{'no table entry' if k == -1 else 'forwarding loop'}"
+        )
     peer = port_peer(fab)
     hops, in_port = [], peer[sp]
     for h in range(k):
@@ -145,8 +146,13 @@ def route(fab: Fabric, src: str, dst: str, sport: int = 49152, tables: Tables | 
         node = fab.nodes[fab.ports[op].node]
         hops.append(Hop(node.name, fab.ports[in_port].number, fab.ports[op].number))
         in_port = peer[op]
-    return Route(fab.ports[sp].name, fab.ports[da].name, fab.ports[da].ip, tuple(hops),
-                 tuple(int(x) for x in w.dlinks[0, : k + 1]))
+    return Route(
+        fab.ports[sp].name,
+        fab.ports[da].name,
+        fab.ports[da].ip,
+        tuple(hops),
+        tuple(int(x) for x in w.dlinks[0, : k + 1]),
+    )
 
 
 def gpu_port_ref(fab: Fabric, ref: str) -> int:
@@ -157,5 +163,6 @@ def gpu_port_ref(fab: Fabric, ref: str) -> int:
     for p in fab.ports[:gp]:
         if p.name == ref:
             return p.id
-    raise SpecError(f"{ref!r} is not a GPU port name or address of {fab.spec} "
-                   f"(e.g. {fab.ports[0].name} / {fab.ports[0].ip})")
+    raise SpecError(
+        f"{ref!r} is not a GPU port name or address of {fab.spec} (e.g. {fab.ports[0].name} / {fab.ports[0].ip})"
+    )

@@ -34,8 +34,15 @@ def _what(fab: Fabric, f: Failures) -> str:
     return f"{fab.links[next(iter(f.cables))].kind} cable"
 
 
-def sweep(fab: Fabric, traffic: Traffic, policy: str | None = None, sample: int | None = None, seed: int = 0,
-          split: str | None = None, progress=None) -> dict:
+def sweep(
+    fab: Fabric,
+    traffic: Traffic,
+    policy: str | None = None,
+    sample: int | None = None,
+    seed: int = 0,
+    split: str | None = None,
+    progress=None,
+) -> dict:
     """Run every single failure (or `sample` of them, drawn with `seed`) and summarise per class."""
     policy = check_policy(fab, policy)
     scenarios = single_failures(fab)
@@ -48,9 +55,16 @@ def sweep(fab: Fabric, traffic: Traffic, policy: str | None = None, sample: int 
     rows = []
     for k, f in enumerate(scenarios):
         res = estimate(fab, traffic, split=split, seed=seed, degraded=degrade(fab, f, policy))
-        rows.append(Scenario(f.describe(fab), _what(fab, f), float(res.util.max()), res.lost_transfers,
-                             res.failed_over_subflows,
-                             float(res.flow_rate_bps.sum() / res.demand_bps.sum())))
+        rows.append(
+            Scenario(
+                f.describe(fab),
+                _what(fab, f),
+                float(res.util.max()),
+                res.lost_transfers,
+                res.failed_over_subflows,
+                float(res.flow_rate_bps.sum() / res.demand_bps.sum()),
+            )
+        )
         if progress and (k + 1) % 200 == 0:
             progress(k + 1, len(scenarios))
     took = time.perf_counter() - t0
@@ -65,12 +79,27 @@ def sweep(fab: Fabric, traffic: Traffic, policy: str | None = None, sample: int 
         tp = np.array([r.throughput_fraction for r in rs])
         worst = rs[int(np.argmax(util))]
         classes[what] = {
-            "scenarios": len(rs), "max_link_util_mean": float(util.mean()), "max_link_util_worst": float(util.max()),
-            "worst_failure": worst.failure, "scenarios_losing_transfers": int((lost > 0).sum()),
-            "lost_transfers_max": int(lost.max()), "lost_transfers_mean": float(lost.mean()),
-            "throughput_lost_mean": float(base_tp - tp.mean()), "throughput_lost_worst": float(base_tp - tp.min()),
+            "scenarios": len(rs),
+            "max_link_util_mean": float(util.mean()),
+            "max_link_util_worst": float(util.max()),
+            "worst_failure": worst.failure,
+            "scenarios_losing_transfers": int((lost > 0).sum()),
+            "lost_transfers_max": int(lost.max()),
+            "lost_transfers_mean": float(lost.mean()),
+            "throughput_lost_mean": float(base_tp - tp.mean()),
+            "throughput_lost_worst": float(base_tp - tp.min()),
         }
-    return {"spec": fab.spec, "pattern": traffic.name, "policy": policy, "scenarios_run": len(scenarios),
-            "scenarios_total": total, "sampled": len(scenarios) < total, "seed": seed,
-            "healthy_max_link_util": float(healthy.util.max()), "healthy_throughput_fraction": base_tp,
-            "classes": classes, "seconds": took, "rows": [r.__dict__ for r in rows]}
+    return {
+        "spec": fab.spec,
+        "pattern": traffic.name,
+        "policy": policy,
+        "scenarios_run": len(scenarios),
+        "scenarios_total": total,
+        "sampled": len(scenarios) < total,
+        "seed": seed,
+        "healthy_max_link_util": float(healthy.util.max()),
+        "healthy_throughput_fraction": base_tp,
+        "classes": classes,
+        "seconds": took,
+        "rows": [r.__dict__ for r in rows],
+    }

@@ -22,10 +22,12 @@ from .tables import GroupIndex, Tables, port_peer, ports_between
 
 NAME = "roft"
 # the kind's switch groups (dpid code, name format, drawing colour); one NIC port per GPU: plane 0
-GROUPS = (ids.SwitchGroup("leaf", 0x1, "l{segment}r{index}", "#fdae6b"),
-          ids.SwitchGroup("spine", 0x2, "sp{index}", "#bcbddc"),
-          ids.SwitchGroup("agg", 0x3, "ag{index}", "#a1d99b"),
-          ids.SwitchGroup("core", 0x4, "co{index}", "#bcbddc"))
+GROUPS = (
+    ids.SwitchGroup("leaf", 0x1, "l{segment}r{index}", "#fdae6b"),
+    ids.SwitchGroup("spine", 0x2, "sp{index}", "#bcbddc"),
+    ids.SwitchGroup("agg", 0x3, "ag{index}", "#a1d99b"),
+    ids.SwitchGroup("core", 0x4, "co{index}", "#bcbddc"),
+)
 
 PARAMS = (
     Param("gpus", int, None, "total GPUs (one 1xR NIC port each)"),
@@ -36,8 +38,13 @@ PARAMS = (
     Param("gpu_gbps", float, 400.0, "bandwidth per GPU = every port's rate"),
     Param("radix", int, 0, "switch port budget; 0 = exactly the ports a two-tier build uses"),
     Param("tiers", str, "auto", "auto = two tiers when a spine can hold every leaf, else three", ("auto", "2", "3")),
-    Param("copper", str, "none", "cable medium rule: none = all fibre, nic-leaf = NIC->leaf links copper",
-          ("none", "nic-leaf")),
+    Param(
+        "copper",
+        str,
+        "none",
+        "cable medium rule: none = all fibre, nic-leaf = NIC->leaf links copper",
+        ("none", "nic-leaf"),
+    ),
 )
 
 
@@ -47,8 +54,11 @@ def _resolve(given: dict) -> dict:
     gpus, s = p["gpus"], p["gpus_per_server"]
     require(gpus <= ids.MAX_GPUS, NAME, f"gpus={gpus} exceeds the address plan's {ids.MAX_GPUS} GPUs")
     require(s >= 1, NAME, f"gpus_per_server must be >= 1 (got {s})")
-    require(gpus >= 2 * s and gpus % s == 0, NAME, f"gpus={gpus} must be a multiple of gpus_per_server={s}, "
-            "with at least 2 servers")
+    require(
+        gpus >= 2 * s and gpus % s == 0,
+        NAME,
+        f"gpus={gpus} must be a multiple of gpus_per_server={s}, with at least 2 servers",
+    )
     require(p["oversubscription"] >= 1.0, NAME, "oversubscription must be >= 1 (1 = non-blocking)")
     require(p["gpu_gbps"] > 0, NAME, "gpu_gbps must be positive")
     servers = gpus // s
@@ -61,12 +71,18 @@ def _resolve(given: dict) -> dict:
             segments = math.ceil(servers / d_max)
         else:
             segments = 1
-    require(servers % segments == 0, NAME,
-            f"{servers} servers do not split into {segments} equal segments; give segments= explicitly")
+    require(
+        servers % segments == 0,
+        NAME,
+        f"{servers} servers do not split into {segments} equal segments; give segments= explicitly",
+    )
     d = servers // segments
     u = d / ratio
-    require(u.is_integer() and u >= 1, NAME, f"{d} downlinks per leaf / oversubscription {ratio} "
-            "is not a whole number of uplinks")
+    require(
+        u.is_integer() and u >= 1,
+        NAME,
+        f"{d} downlinks per leaf / oversubscription {ratio} is not a whole number of uplinks",
+    )
     u = int(u)
     p.update(segments=segments, servers_per_segment=d, uplinks_per_leaf=u, leaves=segments * s)
     return p
@@ -86,8 +102,11 @@ def build(given: dict):
     if tiers == "2":
         radix = radix or max(d + u, spine_ports)
         require(d + u <= radix, NAME, f"port budget exceeded: leaf needs {d}+{u} ports > radix {radix}")
-        require(spine_ports <= radix, NAME, f"port budget exceeded: spine needs {spine_ports} ports > radix "
-                f"{radix} (use tiers=auto or 3)")
+        require(
+            spine_ports <= radix,
+            NAME,
+            f"port budget exceeded: spine needs {spine_ports} ports > radix {radix} (use tiers=auto or 3)",
+        )
         p.update(tiers=2, spines=spines, radix=radix)
         return _build_two_tier(p, lps)
     require(radix > 0, NAME, "three tiers need an explicit radix")
@@ -108,8 +127,7 @@ def _gpus(b: FabricBuilder, p: dict, rate: int):
     s, d = p["gpus_per_server"], p["servers_per_segment"]
     for g in range(p["gpus"]):
         server = g // s
-        b.gpu(g, server=server, local_rank=g % s, roles=("nic",), rate_bps=rate,
-              segment=server // d, rail=g % s)
+        b.gpu(g, server=server, local_rank=g % s, roles=("nic",), rate_bps=rate, segment=server // d, rail=g % s)
 
 
 def _leaves(b: FabricBuilder, p: dict, radix: int, rate: int, up: int):
@@ -144,8 +162,13 @@ def _build_two_tier(p: dict, lps: int):
     for li, leaf in enumerate(leaf_nodes):
         for k, spine in enumerate(spine_nodes):
             for l in range(lps):
-                b.link(leaf_ports[(leaf, d + 1 + k * lps + l)], spine_ports[(spine, li * lps + l + 1)],
-                       rate, "fabric", "fibre")
+                b.link(
+                    leaf_ports[(leaf, d + 1 + k * lps + l)],
+                    spine_ports[(spine, li * lps + l + 1)],
+                    rate,
+                    "fabric",
+                    "fibre",
+                )
     return b.finish(canonical_spec(NAME, PARAMS, p), dict(p, links_per_leaf_spine=lps, pods=1))
 
 
@@ -164,9 +187,12 @@ def _build_three_tier(p: dict):
     cores = total_up // radix
     require(cores % u == 0, NAME, f"{cores} cores do not split into {u} planes")
     per_plane = cores // u
-    require(agg_up % per_plane == 0 and radix % pods == 0, NAME,
-            f"aggregation uplinks ({agg_up}) or core ports ({radix}) do not divide evenly "
-            f"({pods} pods, {per_plane} cores per plane)")
+    require(
+        agg_up % per_plane == 0 and radix % pods == 0,
+        NAME,
+        f"aggregation uplinks ({agg_up}) or core ports ({radix}) do not divide evenly "
+        f"({pods} pods, {per_plane} cores per plane)",
+    )
     links_agg_core = agg_up // per_plane
     if links_agg_core * pods != radix:
         raise SpecError(f"roft: core wiring does not close ({links_agg_core} x {pods} pods != radix {radix})")
@@ -189,18 +215,26 @@ def _build_three_tier(p: dict):
     for li, leaf in enumerate(leaf_nodes):
         pod, local = divmod(li, per_pod)
         for j in range(u):
-            b.link(leaf_ports[(leaf, d + 1 + j)], agg_ports[(agg_nodes[pod * u + j], local + 1)],
-                   rate, "fabric", "fibre")
+            b.link(
+                leaf_ports[(leaf, d + 1 + j)], agg_ports[(agg_nodes[pod * u + j], local + 1)], rate, "fabric", "fibre"
+            )
     for pod in range(pods):
         for j in range(u):
             agg = agg_nodes[pod * u + j]
             for c in range(per_plane):
                 core = core_nodes[j * per_plane + c]
                 for l in range(links_agg_core):
-                    b.link(agg_ports[(agg, per_pod + 1 + c * links_agg_core + l)],
-                           core_ports[(core, pod * links_agg_core + l + 1)], rate, "fabric", "fibre")
-    return b.finish(canonical_spec(NAME, PARAMS, p), dict(p, pods=pods, leaves_per_pod=per_pod, cores=cores,
-                                                  links_agg_core=links_agg_core))
+                    b.link(
+                        agg_ports[(agg, per_pod + 1 + c * links_agg_core + l)],
+                        core_ports[(core, pod * links_agg_core + l + 1)],
+                        rate,
+                        "fabric",
+                        "fibre",
+                    )
+    return b.finish(
+        canonical_spec(NAME, PARAMS, p),
+        dict(p, pods=pods, leaves_per_pod=per_pod, cores=cores, links_agg_core=links_agg_core),
+    )
 
 
 def tables(fab: Fabric) -> Tables:
@@ -251,8 +285,15 @@ def expected_diameter(fab: Fabric) -> int:
     return {2: 3, 3: 5}[int(fab.params["tiers"])]
 
 
-KIND = FabricKind(NAME, "rail-optimized fat-tree: rail leaves per segment, spines (or agg+core at scale)",
-                  PARAMS, build=build, tables=tables, expected_diameter=expected_diameter, switch_groups=GROUPS,
-                  row_labels={0: "GPUs", 1: "leaf", 2: "spine/agg", 3: "core"},
-                  # ECMP member removal: withdrawal (failures.py) drops dead next hops from every group
-                  repair_policies=("ecmp",))
+KIND = FabricKind(
+    NAME,
+    "rail-optimized fat-tree: rail leaves per segment, spines (or agg+core at scale)",
+    PARAMS,
+    build=build,
+    tables=tables,
+    expected_diameter=expected_diameter,
+    switch_groups=GROUPS,
+    row_labels={0: "GPUs", 1: "leaf", 2: "spine/agg", 3: "core"},
+    # ECMP member removal: withdrawal (failures.py) drops dead next hops from every group
+    repair_policies=("ecmp",),
+)

@@ -75,13 +75,18 @@ class Tables:
             g = int(row[a])
             if g == default_group:
                 continue
-            out.append({"dst_ip": fab.ports[a].ip, "prefix_len": 32,
-                        "out_ports": [port_num[p] for p in self.group_members(g)]})
+            out.append(
+                {"dst_ip": fab.ports[a].ip, "prefix_len": 32, "out_ports": [port_num[p] for p in self.group_members(g)]}
+            )
         if default_group is not None:
-            out.append({"dst_ip": "10.0.0.0", "prefix_len": 8,
-                        "out_ports": [port_num[p] for p in self.group_members(default_group)]})
+            out.append(
+                {
+                    "dst_ip": "10.0.0.0",
+                    "prefix_len": 8,
+                    "out_ports": [port_num[p] for p in self.group_members(default_group)],
+                }
+            )
         return out
-
 
 
 class GroupIndex:

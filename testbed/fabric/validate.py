@@ -35,8 +35,12 @@ class Report:
             self.ok = False
 
     def to_dict(self) -> dict:
-        return {"ok": self.ok, "checks": self.checks, "diameter_switches": self.diameter_switches,
-                "avg_path_links": self.avg_path_links}
+        return {
+            "ok": self.ok,
+            "checks": self.checks,
+            "diameter_switches": self.diameter_switches,
+            "avg_path_links": self.avg_path_links,
+        }
 
 
 def validate(fab: Fabric) -> Report:
@@ -51,8 +55,10 @@ def validate(fab: Fabric) -> Report:
     rep.add("every GPU port pair reachable, no loops", unreachable)
     rep.diameter_switches = diameter
     expected = kind.expected_diameter(fab)
-    rep.add(f"diameter {expected} switches",
-            None if diameter == expected else f"diameter is {diameter} switches, expected {expected}")
+    rep.add(
+        f"diameter {expected} switches",
+        None if diameter == expected else f"diameter is {diameter} switches, expected {expected}",
+    )
     if fab.n_gpus <= MAX_PAIRS_FOR_PATH_LENGTH:
         rep.avg_path_links = average_path_links(fab, dist)
     return rep

@@ -34,8 +34,13 @@ PARAMS = (
     Param("radix", int, 0, "switch port budget; 0 = exactly the ports used"),
     Param("shortcut", bool, False, "use the 1-switch path for pairs sharing a switch (halves their throughput)"),
     Param("split", str, "half", "port-split policy per transfer: half (one QP per port), cons or rail only", SPLITS),
-    Param("copper", str, "none", "cable medium rule: none = all fibre, nic-a = NIC->A links copper (rack-local)",
-          ("none", "nic-a")),
+    Param(
+        "copper",
+        str,
+        "none",
+        "cable medium rule: none = all fibre, nic-a = NIC->A links copper (rack-local)",
+        ("none", "nic-a"),
+    ),
 )
 
 
@@ -45,8 +50,11 @@ def build(given: dict) -> Fabric:
     n = p["n"]
     require(n >= 2, NAME, f"n must be >= 2 (got n={n}): ZCube(1,2) has no fabric")
     gpus = p["gpus"] or n * n
-    require(gpus <= ids.MAX_GPUS, NAME,
-            f"{gpus} GPUs exceed the address plan's {ids.MAX_GPUS} GPUs (square ZCube: n <= {math.isqrt(ids.MAX_GPUS)})")
+    require(
+        gpus <= ids.MAX_GPUS,
+        NAME,
+        f"{gpus} GPUs exceed the address plan's {ids.MAX_GPUS} GPUs (square ZCube: n <= {math.isqrt(ids.MAX_GPUS)})",
+    )
     require(gpus > 0 and gpus % n == 0, NAME, f"gpus={gpus} must be a positive multiple of n={n}")
     m = gpus // n
     require(m >= 2, NAME, f"gpus={gpus} gives {m} switch per group; need at least 2")
@@ -57,8 +65,11 @@ def build(given: dict) -> Fabric:
     require(p["gpu_gbps"] > 0, NAME, "gpu_gbps must be positive")
     used = n + m * lpp
     radix = p["radix"] or used
-    require(used <= radix, NAME,
-            f"port budget exceeded: each switch needs {n} GPU + {m * lpp} fabric ports = {used} > radix {radix}")
+    require(
+        used <= radix,
+        NAME,
+        f"port budget exceeded: each switch needs {n} GPU + {m * lpp} fabric ports = {used} > radix {radix}",
+    )
     p.update(n=n, gpus=gpus, gpus_per_server=s, radix=radix)
     port_bps = gbps_to_bps(p["gpu_gbps"] / 2)
 
@@ -79,8 +90,13 @@ def build(given: dict) -> Fabric:
     for j in range(m):
         for i in range(m):
             for l in range(lpp):
-                b.link(a_ports[(a_nodes[j], n + 1 + i * lpp + l)], b_ports[(b_nodes[i], n + 1 + j * lpp + l)],
-                       port_bps, "fabric", "fibre")
+                b.link(
+                    a_ports[(a_nodes[j], n + 1 + i * lpp + l)],
+                    b_ports[(b_nodes[i], n + 1 + j * lpp + l)],
+                    port_bps,
+                    "fabric",
+                    "fibre",
+                )
     params = dict(p, switches_per_group=m, port_gbps=p["gpu_gbps"] / 2)
     return b.finish(canonical_spec(NAME, PARAMS, p), params)
 
@@ -120,8 +136,12 @@ def _live_ports(fab: Fabric, link_down: np.ndarray, dead_rows) -> np.ndarray:
     if "fabric_link_rows" not in fab._cache:
         rows = {sw.id: r for r, sw in enumerate(fab.switches)}
         fl = [l for l in fab.links if l.kind == "fabric"]
-        fab._cache["fabric_link_rows"] = tuple(np.array(x, dtype=np.int64) for x in zip(*[
-            (l.id, rows[fab.ports[l.a].node], rows[fab.ports[l.b].node], l.a, l.b) for l in reversed(fl)]))
+        fab._cache["fabric_link_rows"] = tuple(
+            np.array(x, dtype=np.int64)
+            for x in zip(
+                *[(l.id, rows[fab.ports[l.a].node], rows[fab.ports[l.b].node], l.a, l.b) for l in reversed(fl)]
+            )
+        )
     lid, ra, rb, pa, pb = fab._cache["fabric_link_rows"]
     S = len(fab.switches)
     lp = np.full((S, S), -1, dtype=np.int64)
@@ -167,8 +187,11 @@ def repair(fab: Fabric, ng: np.ndarray, link_down: np.ndarray, policy: str, fail
                 addrs = 2 * h[h // n == int(np.nonzero(a_rows == dst)[0][0])]
                 mids, lasts = a_rows, b_rows
             direct = int(lp[src, dst])
-            ok = ((lp[src, mids] >= 0) & (mids != dst))[:, None] & (lp[np.ix_(mids, lasts)] >= 0) \
+            ok = (
+                ((lp[src, mids] >= 0) & (mids != dst))[:, None]
+                & (lp[np.ix_(mids, lasts)] >= 0)
                 & ((lp[lasts, dst] >= 0) & (lasts != src))[None, :]
+            )
             xs, ys = np.nonzero(ok)
             for k, d in enumerate(addrs):
                 out = int(ng[src, d])
@@ -276,10 +299,23 @@ def draw_row(node) -> int:
 
 
 KIND = FabricKind(
-    NAME, "ZCube(n,2): A/B switch groups in K(m,m), 2 NIC ports per GPU, no spine", PARAMS,
-    build=build, tables=tables, expected_diameter=expected_diameter, dst_address=dst_address, split=split,
-    split_policies=SPLITS, identity_checks=identity_checks, draw_row=draw_row, switch_groups=GROUPS,
+    NAME,
+    "ZCube(n,2): A/B switch groups in K(m,m), 2 NIC ports per GPU, no spine",
+    PARAMS,
+    build=build,
+    tables=tables,
+    expected_diameter=expected_diameter,
+    dst_address=dst_address,
+    split=split,
+    split_policies=SPLITS,
+    identity_checks=identity_checks,
+    draw_row=draw_row,
+    switch_groups=GROUPS,
     address_planes=PLANES,
-    repair_policies=REPAIR_POLICIES, failover_policies=("host", "both"), repair=repair, controller_policy="detour",
+    repair_policies=REPAIR_POLICIES,
+    failover_policies=("host", "both"),
+    repair=repair,
+    controller_policy="detour",
     row_labels={0: "GPUs", 1: "A (cons)", 2: "B (rail)"},
-    draw_note="grey: cons port -> A and A-B fabric; red: rail port -> B")
+    draw_note="grey: cons port -> A and A-B fabric; red: rail port -> B",
+)

@@ -17,10 +17,21 @@ from .sh import CommandError, run
 
 def _tagged_bridges(run_id: str) -> set[str]:
     try:
-        out = run(["ovs-vsctl", "--timeout=10", "--format=json", "--columns=name", "find", "bridge",
-                   f"external_ids:zlab-run={run_id}"])
+        out = run(
+            [
+                "ovs-vsctl",
+                "--timeout=10",
+                "--format=json",
+                "--columns=name",
+                "find",
+                "bridge",
+                f"external_ids:zlab-run={run_id}",
+            ]
+        )
     except CommandError as exc:
-        raise CommandError(f"cannot list OVS bridges ({exc}); is OVS running? bash scripts/provision.sh --services") from None
+        raise CommandError(
+            f"cannot list OVS bridges ({exc}); is OVS running? bash scripts/provision.sh --services"
+        ) from None
     return {row[0] for row in json.loads(out)["data"]}
 
 
@@ -42,7 +53,9 @@ def clean_run(rec: RunRecord, dry_run: bool = False) -> list[str]:
             done.append(f"process {r['pid']} ({r.get('role', '?')})")
     for r in rec.resources:  # loss rules before the links they hang on
         if r["type"] == "nft-table":
-            present = subprocess.run(["nft", "list", "table", r["family"], r["name"]], capture_output=True).returncode == 0
+            present = (
+                subprocess.run(["nft", "list", "table", r["family"], r["name"]], capture_output=True).returncode == 0
+            )
             if present:
                 if not dry_run:
                     run(["nft", "delete", "table", r["family"], r["name"]])
@@ -94,7 +107,9 @@ def main(dry_run: bool = False) -> int:
     code = 0
     for rec in runs:
         if rec.owner_alive:
-            print(f"run {rec.run_id}: still running (pid {rec.owner_pid}); stop it first (Ctrl-C or kill {rec.owner_pid})")
+            print(
+                f"run {rec.run_id}: still running (pid {rec.owner_pid}); stop it first (Ctrl-C or kill {rec.owner_pid})"
+            )
             code = 1
             continue
         try:

@@ -39,16 +39,28 @@ def _ovs() -> list[Check]:
     except CommandError:
         return [Check("ovs reachable", "FAIL", "ovs-vsctl not installed", f"run: {PROVISION}")]
     if not ok(["ovs-vsctl", "--timeout=3", "show"]):
-        return [Check("ovs reachable", "FAIL", f"{version}: ovsdb-server/ovs-vswitchd not answering",
-                      f"start OVS: {PROVISION} --services")]
+        return [
+            Check(
+                "ovs reachable",
+                "FAIL",
+                f"{version}: ovsdb-server/ovs-vswitchd not answering",
+                f"start OVS: {PROVISION} --services",
+            )
+        ]
     checks = [Check("ovs reachable", "ok", version)]
     dp = state.datapath()
     kernel = os.path.isdir("/sys/module/openvswitch")
     if dp is None:
         checks.append(Check("ovs datapath", "FAIL", "no datapath recorded by provision.sh", f"run: {PROVISION}"))
     elif dp == "system" and not kernel:
-        checks.append(Check("ovs datapath", "FAIL", "recorded 'system' but the openvswitch module is not loaded",
-                            f"re-run {PROVISION} to re-detect"))
+        checks.append(
+            Check(
+                "ovs datapath",
+                "FAIL",
+                "recorded 'system' but the openvswitch module is not loaded",
+                f"re-run {PROVISION} to re-detect",
+            )
+        )
     else:
         what = "userspace (netdev): one forwarding thread, ~100 k packets/s" if dp == "netdev" else "kernel (system)"
         checks.append(Check("ovs datapath", "ok", what))
@@ -57,10 +69,15 @@ def _ovs() -> list[Check]:
     if rec and pid and rec.get("vswitchd_pid") == pid:
         checks.append(Check("ovs started with large buffers", "ok", f"ovs-vswitchd pid {pid} started by provision.sh"))
     else:
-        checks.append(Check("ovs started with large buffers", "FAIL",
-                            f"ovs-vswitchd (pid {pid}) was not started by provision.sh after raising socket buffers: "
-                            "its port sockets may drop packets silently",
-                            f"restart it: {PROVISION} --services"))
+        checks.append(
+            Check(
+                "ovs started with large buffers",
+                "FAIL",
+                f"ovs-vswitchd (pid {pid}) was not started by provision.sh after raising socket buffers: "
+                "its port sockets may drop packets silently",
+                f"restart it: {PROVISION} --services",
+            )
+        )
     return checks
 
 
@@ -82,9 +99,12 @@ def _sysctls() -> Check:
         if value < state.SOCK_BUF_BYTES:
             bad.append(f"net.core.{key}={value}")
     if bad:
-        return Check("socket buffers", "FAIL", f"{', '.join(bad)} < {state.SOCK_BUF_BYTES}: OVS userspace ports "
-                     "drop packets without counting them",
-                     f"{PROVISION} --services (sets 8 MiB and restarts OVS)")
+        return Check(
+            "socket buffers",
+            "FAIL",
+            f"{', '.join(bad)} < {state.SOCK_BUF_BYTES}: OVS userspace ports drop packets without counting them",
+            f"{PROVISION} --services (sets 8 MiB and restarts OVS)",
+        )
     return Check("socket buffers", "ok", f"wmem/rmem_default >= {state.SOCK_BUF_BYTES}")
 
 
@@ -102,12 +122,20 @@ def _qdiscs() -> list[Check]:
             ("tbf", ["tbf", "rate", "10mbit", "burst", "10kb", "latency", "50ms"], "needs sch_tbf"),
         ):
             good = ok(["tc", "qdisc", "replace", "dev", a, "root", *args])
-            out.append(Check(q, "ok" if good else "FAIL", f"{q} qdisc {'works' if good else 'missing'}", "" if good else hint))
+            out.append(
+                Check(q, "ok" if good else "FAIL", f"{q} qdisc {'works' if good else 'missing'}", "" if good else hint)
+            )
         netem = ok(["tc", "qdisc", "replace", "dev", a, "root", "netem", "delay", "1ms"])
-        out.append(Check("netem", "ok" if netem else "warn",
-                         "netem available" if netem else
-                         "netem absent: no delay, jitter or loss emulation; zlab refuses those options",
-                         "" if netem else "use a kernel with sch_netem to emulate delay/loss"))
+        out.append(
+            Check(
+                "netem",
+                "ok" if netem else "warn",
+                "netem available"
+                if netem
+                else "netem absent: no delay, jitter or loss emulation; zlab refuses those options",
+                "" if netem else "use a kernel with sch_netem to emulate delay/loss",
+            )
+        )
     finally:
         run(["ip", "link", "del", a], check=False)
     return out
@@ -115,14 +143,26 @@ def _qdiscs() -> list[Check]:
 
 def _tools() -> list[Check]:
     checks = []
-    for tool, why in (("mnexec", "Mininet hosts"), ("ethtool", "TX offload off (TCP through userspace OVS)"),
-                      ("iperf3", "path calibration"), ("tshark", "RoCE decoding of captures"),
-                      ("tcpdump", "captures")):
+    for tool, why in (
+        ("mnexec", "Mininet hosts"),
+        ("ethtool", "TX offload off (TCP through userspace OVS)"),
+        ("iperf3", "path calibration"),
+        ("tshark", "RoCE decoding of captures"),
+        ("tcpdump", "captures"),
+    ):
         path = shutil.which(tool)
-        checks.append(Check(tool, "ok" if path else "FAIL", path or f"missing ({why})", "" if path else f"run: {PROVISION}"))
+        checks.append(
+            Check(tool, "ok" if path else "FAIL", path or f"missing ({why})", "" if path else f"run: {PROVISION}")
+        )
     lib = ctypes.util.find_library("iperf")
-    checks.append(Check("libiperf", "ok" if lib else "FAIL", lib or "libiperf missing (iperf3 Python package)",
-                        "" if lib else f"run: {PROVISION}"))
+    checks.append(
+        Check(
+            "libiperf",
+            "ok" if lib else "FAIL",
+            lib or "libiperf missing (iperf3 Python package)",
+            "" if lib else f"run: {PROVISION}",
+        )
+    )
     for mod, label in (("os_ken.base.app_manager", "os-ken"), ("mininet.net", "mininet python")):
         try:
             __import__(mod)
@@ -144,15 +184,23 @@ def _cpu(sample_s: float = 0.5) -> Check:
     cores = os.cpu_count() or 1
     idle = cores * (i2 - i1) / max(t2 - t1, 1)
     status = "ok" if idle >= 1.5 else "warn"
-    return Check("free cpu", status, f"{idle:.1f} of {cores} cores idle",
-                 "" if status == "ok" else "other processes compete with OVS and the agents: runs may be CPU-bound")
+    return Check(
+        "free cpu",
+        status,
+        f"{idle:.1f} of {cores} cores idle",
+        "" if status == "ok" else "other processes compete with OVS and the agents: runs may be CPU-bound",
+    )
 
 
 def _leftovers() -> Check:
     dead = [r.run_id for r in load_runs() if not r.owner_alive]
     if dead:
-        return Check("leftover runs", "warn", f"{len(dead)} killed run(s) left resources: {', '.join(dead[:3])}",
-                     "remove them: zlab clean")
+        return Check(
+            "leftover runs",
+            "warn",
+            f"{len(dead)} killed run(s) left resources: {', '.join(dead[:3])}",
+            "remove them: zlab clean",
+        )
     return Check("leftover runs", "ok", "none")
 
 

@@ -37,17 +37,30 @@ def live_runs() -> list[RunRecord]:
 def describe(rec: RunRecord) -> dict:
     """What `zlab inspect` shows of one live run (read from its registry and run folder)."""
     folder = rec.folder
-    info = {"run": rec.run_id, "kind": folder["kind"] if folder else "?", "pid": rec.owner_pid,
-            "user": rec.owner_user, "age_s": age_s(rec.owner_pid), "folder": folder["path"] if folder else None,
-            "spec": None, "controller": None, "datapath": None, "status": None,
-            "bridges": sum(1 for r in rec.resources if r["type"] == "ovs-bridge"),
-            "ports": len({r["name"] for r in rec.resources if r["type"] == "link"}),
-            "hosts": sum(1 for r in rec.resources if r["type"] == "process" and r.get("role", "").startswith("mininet"))}
+    info = {
+        "run": rec.run_id,
+        "kind": folder["kind"] if folder else "?",
+        "pid": rec.owner_pid,
+        "user": rec.owner_user,
+        "age_s": age_s(rec.owner_pid),
+        "folder": folder["path"] if folder else None,
+        "spec": None,
+        "controller": None,
+        "datapath": None,
+        "status": None,
+        "bridges": sum(1 for r in rec.resources if r["type"] == "ovs-bridge"),
+        "ports": len({r["name"] for r in rec.resources if r["type"] == "link"}),
+        "hosts": sum(1 for r in rec.resources if r["type"] == "process" and r.get("role", "").startswith("mininet")),
+    }
     if folder:
         try:
             run = json.loads((Path(folder["path"]) / "run.json").read_text())
-            info.update(spec=run.get("fabric"), controller=run.get("controller"), datapath=run.get("datapath"),
-                        status=run.get("status"))
+            info.update(
+                spec=run.get("fabric"),
+                controller=run.get("controller"),
+                datapath=run.get("datapath"),
+                status=run.get("status"),
+            )
         except (OSError, ValueError):
             pass
     return info
@@ -63,8 +76,11 @@ def select(ref: str | None, all_mine: bool, user: str) -> list[RunRecord]:
     out = []
     for r in runs:
         folder = r.folder["path"] if r.folder else ""
-        if ref in (r.run_id, Path(folder).name) or r.run_id.startswith(f"{ref}.") or \
-                (ref_path and (folder == ref_path or folder.startswith(ref_path + "/"))):
+        if (
+            ref in (r.run_id, Path(folder).name)
+            or r.run_id.startswith(f"{ref}.")
+            or (ref_path and (folder == ref_path or folder.startswith(ref_path + "/")))
+        ):
             out.append(r)
     return out
 

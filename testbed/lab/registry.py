@@ -45,11 +45,10 @@ class Registry:
         me = os.getpid()
         # who asked for it: through sudo the process is root's, the person is SUDO_USER (zlab destroy --all-mine)
         user = os.environ.get("SUDO_USER") or os.environ.get("USER") or str(os.getuid())
-        self._write({"type": "owner", "pid": me, "started": procs.start_time(me), "t_ns": time.time_ns(),
-                     "user": user})
+        self._write({"type": "owner", "pid": me, "started": procs.start_time(me), "t_ns": time.time_ns(), "user": user})
 
     @classmethod
-    def attach(cls, run_id: str) -> "Registry":
+    def attach(cls, run_id: str) -> Registry:
         """The registry of a run another process of it owns (a helper records what it creates)."""
         self = cls.__new__(cls)
         self.run_id = run_id
@@ -107,6 +106,15 @@ def load_runs() -> list[RunRecord]:
                     except ValueError:
                         break  # a torn last line from a kill mid-write
         owner = next((r for r in recs if r.get("type") == "owner"), {"pid": -1, "started": None})
-        out.append(RunRecord(path.stem, path, owner["pid"], owner.get("started"),
-                             [r for r in recs if r.get("type") != "owner"], owner.get("user"), owner.get("t_ns")))
+        out.append(
+            RunRecord(
+                path.stem,
+                path,
+                owner["pid"],
+                owner.get("started"),
+                [r for r in recs if r.get("type") != "owner"],
+                owner.get("user"),
+                owner.get("t_ns"),
+            )
+        )
     return out

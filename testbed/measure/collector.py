@@ -44,8 +44,13 @@ def machine_cpu() -> tuple[float, float, int]:
 
 def cpu_record(now: int, pids: dict) -> dict:
     busy, steal, cores = machine_cpu()
-    return {"t_ns": now, "machine_busy_s": busy, "machine_steal_s": steal, "cores": cores,
-            **{f"{k}_cpu_s": cpu_seconds(p) for k, p in pids.items()}}
+    return {
+        "t_ns": now,
+        "machine_busy_s": busy,
+        "machine_steal_s": steal,
+        "cores": cores,
+        **{f"{k}_cpu_s": cpu_seconds(p) for k, p in pids.items()},
+    }
 
 
 def main(argv=None) -> int:
@@ -68,8 +73,16 @@ def main(argv=None) -> int:
     signal.signal(signal.SIGINT, lambda *_: stop.append(1))
     reader = QdiscReader()
     period = int(args.period_ms * 1e6)
-    qf.write({"type": "header", "ports": ports, "ifindex": ifindex, "period_ms": args.period_ms,
-              "leaf_handle": "10:", "clock": "CLOCK_MONOTONIC"})
+    qf.write(
+        {
+            "type": "header",
+            "ports": ports,
+            "ifindex": ifindex,
+            "period_ms": args.period_ms,
+            "leaf_handle": "10:",
+            "clock": "CLOCK_MONOTONIC",
+        }
+    )
     t_next = time.monotonic_ns()
     t_cpu = 0
     late = samples = 0
@@ -89,8 +102,16 @@ def main(argv=None) -> int:
             missing = [ports[i] for i, v in enumerate(vals) if v is None]
             print(f"collector: queues vanished: {missing[:4]}", file=sys.stderr)
             break
-        qf.write({"t_ns": now, "dump_ns": dump_ns, "b": [v[4] for v in vals], "q": [v[3] for v in vals],
-                  "d": [v[5] for v in vals], "x": [v[1] for v in vals]})
+        qf.write(
+            {
+                "t_ns": now,
+                "dump_ns": dump_ns,
+                "b": [v[4] for v in vals],
+                "q": [v[3] for v in vals],
+                "d": [v[5] for v in vals],
+                "x": [v[1] for v in vals],
+            }
+        )
         samples += 1
         if now >= t_cpu:
             cf.write(cpu_record(now, pids))

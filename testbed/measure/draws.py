@@ -17,6 +17,7 @@ the due times), when the link has room for only one NIC's line rate.
 from __future__ import annotations
 
 import math
+
 import numpy as np
 
 from ..fabric.paths import walk
@@ -27,12 +28,13 @@ SPORT_LO, SPORT_HI = 49152, 65536  # resolve._qps draws UDP source ports uniform
 
 # ---- intervals -----------------------------------------------------------------------------------------
 
+
 def _binom_cdf(k: int, n: int, p: float) -> float:
     if k < 0:
         return 0.0
     if k >= n:
         return 1.0
-    return float(sum(math.comb(n, i) * p ** i * (1 - p) ** (n - i) for i in range(k + 1)))
+    return float(sum(math.comb(n, i) * p**i * (1 - p) ** (n - i) for i in range(k + 1)))
 
 
 def clopper_pearson(k: int, n: int, level: float = 0.95) -> tuple[float, float]:
@@ -84,6 +86,7 @@ def draws_for_precision(p: float, half_width: float, level: float = 0.95, most: 
 
 # ---- the model's collisions ----------------------------------------------------------------------------
 
+
 def concurrent_pairs(messages: list[dict], rate_bps: dict[str, float]) -> tuple[list, list[tuple[int, int]]]:
     """(QP pairs, edges): two QPs (source, destination port) from different source NICs are
     concurrent when some of their messages are on the wire at the same time, each NIC sending its
@@ -101,7 +104,7 @@ def concurrent_pairs(messages: list[dict], rate_bps: dict[str, float]) -> tuple[
     spans.sort()
     edges = set()
     for i, (_s0, e0, a) in enumerate(spans):
-        for s1, _e1, b in spans[i + 1:]:
+        for s1, _e1, b in spans[i + 1 :]:
             if s1 >= e0:
                 break
             if pairs[a][0] != pairs[b][0]:
@@ -155,8 +158,9 @@ def draw_collides(fab, messages: list[dict], rate_bps: dict[str, float]) -> bool
     return bool(collisions(fab, pairs, edges, [[sport[p] for p in pairs]])[0])
 
 
-def collision_probability(fab, messages: list[dict], rate_bps: dict[str, float], draws: int = 4000,
-                          seed: int = 0) -> float:
+def collision_probability(
+    fab, messages: list[dict], rate_bps: dict[str, float], draws: int = 4000, seed: int = 0
+) -> float:
     """The model's probability that a draw collides, for this schedule: source ports drawn as
     resolve._qps draws them (uniform, independent per QP), walked through the fabric's tables;
     Monte Carlo with a fixed seed (standard error <= 0.8 points at 4,000 draws)."""
@@ -167,6 +171,7 @@ def collision_probability(fab, messages: list[dict], rate_bps: dict[str, float],
 
 
 # ---- per run -------------------------------------------------------------------------------------------
+
 
 def schedule(fd) -> tuple[list[dict], dict[str, float]] | None:
     """A recorded repeat's messages as posted (raw/rep<k>/schedule.json) and each source port's emulated
@@ -197,15 +202,26 @@ def summary(fds: list, repeats: list[dict], level: float = 0.95) -> dict | None:
     n, k = len(known), sum(f for f, _ in known)
     lo, hi = clopper_pearson(k, n, level)
     s = schedule(fds[0])
-    out = {"draws": n, "collisions": k, "share": k / n, "interval": [lo, hi], "level": level,
-           "model_probability": collision_probability(fds[0].fabric, *s) if s else None, "model_draws": 4000,
-           "modes": {}}
+    out = {
+        "draws": n,
+        "collisions": k,
+        "share": k / n,
+        "interval": [lo, hi],
+        "level": level,
+        "model_probability": collision_probability(fds[0].fabric, *s) if s else None,
+        "model_draws": 4000,
+        "modes": {},
+    }
     for name, want in (("collision", True), ("no collision", False)):
         reps = [r for f, r in known if f == want]
         if reps:
-            out["modes"][name] = {"repeats": [r["repeat"] for r in reps],
-                                  "invalid": [r["repeat"] for r in reps if not r["fidelity"]["valid"]],
-                                  **{key: median_interval([r["kv_transfer_real_s"][q] for r in reps], level)
-                                     for key, q in (("kv_p50_real_s", "p50"), ("kv_p99_real_s", "p99"))}}
+            out["modes"][name] = {
+                "repeats": [r["repeat"] for r in reps],
+                "invalid": [r["repeat"] for r in reps if not r["fidelity"]["valid"]],
+                **{
+                    key: median_interval([r["kv_transfer_real_s"][q] for r in reps], level)
+                    for key, q in (("kv_p50_real_s", "p50"), ("kv_p99_real_s", "p99"))
+                },
+            }
     out["bimodal"] = len(out["modes"]) == 2
     return out

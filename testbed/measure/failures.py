@@ -45,8 +45,10 @@ def _detour_ports(fd, doc: dict, state_links: list[int]) -> list[str]:
     flows = read_json(fd.dir / "flows.json")["switches"]
     out = set()
     for sw, entries in st["switches"].items():
-        before = {(e["priority"], e["ipv4_dst"], e["ipv4_mask"], tuple(e["udp_src"] or ())): e["out_port"]
-                  for e in flows[sw]["entries"]}
+        before = {
+            (e["priority"], e["ipv4_dst"], e["ipv4_mask"], tuple(e["udp_src"] or ())): e["out_port"]
+            for e in flows[sw]["entries"]
+        }
         for e in entries:
             k = (e["priority"], e["ipv4_dst"], e["ipv4_mask"], tuple(e["udp_src"] or ()))
             if before.get(k) != e["out_port"]:
@@ -102,12 +104,26 @@ def events(fd, tables: dict) -> list[dict]:
         t_fail = rec["t_ns"]
         t_next = min([t for t in ends if t > t_fail] + [t_end])
         hit = [q for q, x in zip(qps, crossing(fd.fabric, flows, new)) if x]
-        detect = next((r for r in ctrl if r["event"] == "state" and r["t_ns"] >= t_fail
-                       and set(new) <= set(r["down_links"])), None)
-        installs = [r for r in ctrl if r["event"] == "install" and detect and r["t_ns"] >= detect["t_ns"]
-                    and r["down_links"] == detect["down_links"]]
-        done = [r for r in ctrl if r["event"] == "installed" and installs and installs[0]["t_ns"] <= r["t_ns"] <= t_next
-                and r["switch"] in {x["switch"] for x in installs}]
+        detect = next(
+            (r for r in ctrl if r["event"] == "state" and r["t_ns"] >= t_fail and set(new) <= set(r["down_links"])),
+            None,
+        )
+        installs = [
+            r
+            for r in ctrl
+            if r["event"] == "install"
+            and detect
+            and r["t_ns"] >= detect["t_ns"]
+            and r["down_links"] == detect["down_links"]
+        ]
+        done = [
+            r
+            for r in ctrl
+            if r["event"] == "installed"
+            and installs
+            and installs[0]["t_ns"] <= r["t_ns"] <= t_next
+            and r["switch"] in {x["switch"] for x in installs}
+        ]
         migrations = [t for q in hit for t in q.get("migrations_ns", []) if t >= t_fail]
         t_detect = detect["t_ns"] if detect else None
         if migrations and (t_detect is None or min(migrations) < t_detect):
@@ -125,17 +141,28 @@ def events(fd, tables: dict) -> list[dict]:
             else:
                 unhurt += 1
         t_rec = max(resumed) if resumed and not unrecovered else None
-        row = {"repeat": fd.repeat, "event": step["event"], "action": step["action"], "target": step["target"],
-               "cables": [fd.fabric.ports[fd.fabric.links[c].a].name for c in new], "recovery_mode": doc["recovery"],
-               "t_fail_s": (t_fail - fd.t0_ns) / 1e9, "qps_hit": len(hit), "qps_recovered": len(resumed),
-               "qps_unrecovered": unrecovered, "qps_unhurt": unhurt,
-               "detection_s": None if t_detect is None else (t_detect - t_fail) / 1e9, "detected_via": via,
-               "installed_s": (max(r["t_ns"] for r in done) - t_fail) / 1e9 if done else None,
-               "recovery_s": None if t_rec is None else (t_rec - t_fail) / 1e9,
-               "retransmits_hit": int(sum(q["requester"]["retransmits"] for q in hit)),
-               "timeouts_hit": int(sum(q["requester"]["timeouts"] for q in hit)),
-               "migrations": len(migrations),
-               "switches_changed": len(installs), "entries_changed": sum(r["added"] + r["deleted"] for r in installs)}
+        row = {
+            "repeat": fd.repeat,
+            "event": step["event"],
+            "action": step["action"],
+            "target": step["target"],
+            "cables": [fd.fabric.ports[fd.fabric.links[c].a].name for c in new],
+            "recovery_mode": doc["recovery"],
+            "t_fail_s": (t_fail - fd.t0_ns) / 1e9,
+            "qps_hit": len(hit),
+            "qps_recovered": len(resumed),
+            "qps_unrecovered": unrecovered,
+            "qps_unhurt": unhurt,
+            "detection_s": None if t_detect is None else (t_detect - t_fail) / 1e9,
+            "detected_via": via,
+            "installed_s": (max(r["t_ns"] for r in done) - t_fail) / 1e9 if done else None,
+            "recovery_s": None if t_rec is None else (t_rec - t_fail) / 1e9,
+            "retransmits_hit": int(sum(q["requester"]["retransmits"] for q in hit)),
+            "timeouts_hit": int(sum(q["requester"]["timeouts"] for q in hit)),
+            "migrations": len(migrations),
+            "switches_changed": len(installs),
+            "entries_changed": sum(r["added"] + r["deleted"] for r in installs),
+        }
         for k in ("detection_s", "installed_s", "recovery_s"):
             row[k.replace("_s", "_real_s")] = None if row[k] is None else row[k] / D
         if not msgs.empty:
@@ -169,8 +196,11 @@ def timeline(fd, rows: list[dict], tables: dict) -> dict:
     of the detour ports (emulated seconds since the replay's start)."""
     doc = read_json(fd.dir / "failures.json")
     inj = read_jsonl(fd.raw / "injections.jsonl")
-    marks = [((r["t_ns"] - fd.t0_ns) / 1e9, r["action"], r.get("target", "")) for r in inj
-             if r["action"] in ("down", "up", "gray", "clear")]
+    marks = [
+        ((r["t_ns"] - fd.t0_ns) / 1e9, r["action"], r.get("target", ""))
+        for r in inj
+        if r["action"] in ("down", "up", "gray", "clear")
+    ]
     for r in rows:  # per failure: when the controller saw it, and when the last switch confirmed its new entries
         t_fail = r["t_fail_s"]
         if r["detection_s"] is not None:
@@ -183,9 +213,24 @@ def timeline(fd, rows: list[dict], tables: dict) -> dict:
     return {"messages": tables["messages"], "marks": sorted(marks), "detour_backlog": q, "recovery": doc["recovery"]}
 
 
-SUMMARY_KEYS = ("detection_s", "installed_s", "recovery_s", "entries_changed", "detection_real_s", "installed_real_s", "recovery_real_s", "qps_hit", "qps_unrecovered",
-                "messages_hit", "retransmits_hit", "kv_p99_before_real_s", "kv_p99_during_real_s",
-                "kv_p99_after_real_s", "detour_peak_queue_delay_real_s", "detour_peak_before_real_s")
+SUMMARY_KEYS = (
+    "detection_s",
+    "installed_s",
+    "recovery_s",
+    "entries_changed",
+    "detection_real_s",
+    "installed_real_s",
+    "recovery_real_s",
+    "qps_hit",
+    "qps_unrecovered",
+    "messages_hit",
+    "retransmits_hit",
+    "kv_p99_before_real_s",
+    "kv_p99_during_real_s",
+    "kv_p99_after_real_s",
+    "detour_peak_queue_delay_real_s",
+    "detour_peak_before_real_s",
+)
 
 
 def summary(rows: list[dict]) -> dict:
@@ -194,6 +239,11 @@ def summary(rows: list[dict]) -> dict:
     out = {}
     for k in SUMMARY_KEYS:
         v = [r[k] for r in rows if r.get(k) is not None]
-        out[k] = {"mean": float(np.mean(v)) if v else None, "min": float(np.min(v)) if v else None,
-                  "max": float(np.max(v)) if v else None, "n": len(v), "missing": len(rows) - len(v)}
+        out[k] = {
+            "mean": float(np.mean(v)) if v else None,
+            "min": float(np.min(v)) if v else None,
+            "max": float(np.max(v)) if v else None,
+            "n": len(v),
+            "missing": len(rows) - len(v),
+        }
     return out

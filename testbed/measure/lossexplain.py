@@ -135,8 +135,9 @@ def account(fd, queue_drops: dict) -> dict:
         ports = _link_ports(fab, cables[i])
         if cables[i] & failed or any(by_port.get(p) for p in ports):
             continue
-        unexplained.append(f"QP {q['src']}->{q['dst']} sport {q['sport']}: {loss_events(q)} retransmissions, NAKs or "
-                           "timeouts")
+        unexplained.append(
+            f"QP {q['src']}->{q['dst']} sport {q['sport']}: {loss_events(q)} retransmissions, NAKs or timeouts"
+        )
     touched = set(failed_ports)
     for i, q in enumerate(qps):
         if failed and (moved[i] or cables[i] & failed or q.get("migrations_ns")):

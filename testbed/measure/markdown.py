@@ -6,15 +6,32 @@ from __future__ import annotations
 
 # spec §5, production figures, and whether this run measures anything comparable
 PUBLISHED = [
-    ("GPU inference throughput", "> +15 %", "ZCube vs ROFT, ~1,000-GPU GLM-5.1 coding cluster",
-     "no: throughput here is the open-loop arrival rate (no serving-capacity model)"),
-    ("TTFT P99", "-40.6 %", "same", "not directly: TTFT here is mostly modelled (see the decomposition); "
-                                    "compare the measured KV-transfer p99 instead"),
+    (
+        "GPU inference throughput",
+        "> +15 %",
+        "ZCube vs ROFT, ~1,000-GPU GLM-5.1 coding cluster",
+        "no: throughput here is the open-loop arrival rate (no serving-capacity model)",
+    ),
+    (
+        "TTFT P99",
+        "-40.6 %",
+        "same",
+        "not directly: TTFT here is mostly modelled (see the decomposition); "
+        "compare the measured KV-transfer p99 instead",
+    ),
     ("switch + optics capex", "-33 %", "same", "not from a run: `zlab cost` reproduces it from the models"),
-    ("NIC cap 100G -> 200G", "throughput +19 %, TTFT -22 %", "32-GPU inference service",
-     "no: needs a serving-capacity model (a rate_scale sweep changes only the network)"),
-    ("queue depths, PFC counts, link loads, KV completion times", "not published", "what this testbed measures",
-     "measured here (emulated, in real-equivalent units)"),
+    (
+        "NIC cap 100G -> 200G",
+        "throughput +19 %, TTFT -22 %",
+        "32-GPU inference service",
+        "no: needs a serving-capacity model (a rate_scale sweep changes only the network)",
+    ),
+    (
+        "queue depths, PFC counts, link loads, KV completion times",
+        "not published",
+        "what this testbed measures",
+        "measured here (emulated, in real-equivalent units)",
+    ),
 ]
 ROWS = [  # (headline key, label, scale, format)
     ("kv_p50_real_s", "KV-transfer completion p50 (real ms)", 1e3, "{:.2f}"),
@@ -28,10 +45,12 @@ ROWS = [  # (headline key, label, scale, format)
     ("ttft_p50_real_s", "TTFT p50 (real ms; mostly modelled)", 1e3, "{:.1f}"),
     ("ttft_p99_real_s", "TTFT p99 (real ms; mostly modelled)", 1e3, "{:.1f}"),
 ]
-COMPONENTS = [("prefill_wait", "prefill queue wait", "modelled (FIFO over planned prefill times)"),
-              ("prefill", "prefill compute", "modelled (overhead + tokens / rate)"),
-              ("kv_transfer", "KV transfer", "measured (emulated fabric)"),
-              ("first_decode_step", "first decode step", "modelled (constant)")]
+COMPONENTS = [
+    ("prefill_wait", "prefill queue wait", "modelled (FIFO over planned prefill times)"),
+    ("prefill", "prefill compute", "modelled (overhead + tokens / rate)"),
+    ("kv_transfer", "KV transfer", "measured (emulated fabric)"),
+    ("first_decode_step", "first decode step", "modelled (constant)"),
+]
 
 
 def ci_text(c: dict, scale: float, fmt: str = "{:.2f}") -> str:
@@ -44,12 +63,14 @@ def ci_text(c: dict, scale: float, fmt: str = "{:.2f}") -> str:
 
 def headline_value(r: dict, key: str):
     from .metrics import headline
+
     return headline(r)[key]
 
 
 def _median_text(values, scale: float, fmt: str) -> str:
     """median [lo, hi] (coverage): an order-statistic interval, for draws that are not normal."""
     from .draws import median_interval
+
     c = median_interval(values)
     if c["median"] is None:
         return "—"
@@ -64,34 +85,45 @@ def draw_section(fabs: dict, labels: list[str]) -> list[str]:
     rows = [(lab, d) for lab, d in rows if d]
     if not rows:
         return []
-    L = ["", "## What a draw does (ECMP)", "",
-         "A draw is one repeat: new QP source ports, so new ECMP choices. A draw collides when two queue pairs "
-         "from different NICs that are on the wire at the same time share a switch-to-switch link (the routing "
-         "model's answer for the recorded source ports). Share: exact Clopper-Pearson interval; model: the same "
-         "test over simulated draws of the source ports; each mode: median over its draws [order-statistic "
-         "interval] (its coverage; below 95 % when there are too few draws for 95 %).", "",
-         "| fabric | draws colliding | share (95 % interval) | model's probability | mode | draws | KV p50 (real ms) "
-         "| KV p99 (real ms) |", "|---|---|---|---|---|---|---|---|"]
+    L = [
+        "",
+        "## What a draw does (ECMP)",
+        "",
+        "A draw is one repeat: new QP source ports, so new ECMP choices. A draw collides when two queue pairs "
+        "from different NICs that are on the wire at the same time share a switch-to-switch link (the routing "
+        "model's answer for the recorded source ports). Share: exact Clopper-Pearson interval; model: the same "
+        "test over simulated draws of the source ports; each mode: median over its draws [order-statistic "
+        "interval] (its coverage; below 95 % when there are too few draws for 95 %).",
+        "",
+        "| fabric | draws colliding | share (95 % interval) | model's probability | mode | draws | KV p50 (real ms) "
+        "| KV p99 (real ms) |",
+        "|---|---|---|---|---|---|---|---|",
+    ]
 
     def ms(c):
         if c["median"] is None:
             return "—"
         if c["n"] == 1:
             return f"{1e3 * c['median']:.2f} (one draw)"
-        return (f"{1e3 * c['median']:.2f} [{1e3 * c['lo']:.2f}, {1e3 * c['hi']:.2f}] "
-                f"({100 * c['coverage']:.1f} %)")
+        return f"{1e3 * c['median']:.2f} [{1e3 * c['lo']:.2f}, {1e3 * c['hi']:.2f}] ({100 * c['coverage']:.1f} %)"
 
     for lab, d in rows:
         lo, hi = d["interval"]
         model = "—" if d["model_probability"] is None else f"{100 * d['model_probability']:.1f} %"
-        head = [lab, f"{d['collisions']} of {d['draws']}", f"{100 * d['share']:.0f} % ({100 * lo:.0f}–{100 * hi:.0f} %)",
-                model]
+        head = [
+            lab,
+            f"{d['collisions']} of {d['draws']}",
+            f"{100 * d['share']:.0f} % ({100 * lo:.0f}–{100 * hi:.0f} %)",
+            model,
+        ]
         for i, (mode, v) in enumerate(d["modes"].items()):
             cells = head if i == 0 else ["", "", "", ""]
-            count = str(len(v["repeats"])) + (f" ({len(v['invalid'])} INVALID: repeat "
-                                              f"{', '.join(map(str, v['invalid']))})" if v.get("invalid") else "")
-            L.append("| " + " | ".join(cells + [mode, count, ms(v["kv_p50_real_s"]),
-                                               ms(v["kv_p99_real_s"])]) + " |")
+            count = str(len(v["repeats"])) + (
+                f" ({len(v['invalid'])} INVALID: repeat {', '.join(map(str, v['invalid']))})"
+                if v.get("invalid")
+                else ""
+            )
+            L.append("| " + " | ".join(cells + [mode, count, ms(v["kv_p50_real_s"]), ms(v["kv_p99_real_s"])]) + " |")
     return L
 
 
@@ -125,8 +157,10 @@ def markdown(run: dict, exp: dict, metrics: dict, plots: list[str]) -> str:
     return "\n\n".join("\n".join(lines) for lines in sections if lines) + "\n"
 
 
-SOURCES = ("Raw records (`<fabric>/raw/rep<k>/*.jsonl`) and tables (`tables/*.parquet`) hold everything these numbers "
-           "come from; `zlab report RUN` recomputes them.")
+SOURCES = (
+    "Raw records (`<fabric>/raw/rep<k>/*.jsonl`) and tables (`tables/*.parquet`) hold everything these numbers "
+    "come from; `zlab report RUN` recomputes them."
+)
 
 
 def uncalibrated(fabs: dict) -> list[str]:
@@ -137,25 +171,43 @@ def uncalibrated(fabs: dict) -> list[str]:
 def status(run: dict, fabs: dict) -> list[str]:
     """Title, the run's status (and why it stopped), each fabric's fidelity verdict, and the
     repeats re-taken because the hypervisor stole the CPU (where their voided data is kept)."""
-    L = [f"# zlab run `{run['run_id']}`", "",
-         f"Status: **{run.get('status')}**" + (" — INCOMPLETE: numbers cover only what was recorded"
-                                               if run.get("status") != "complete" else "")
-         + (f" (cause: {run['cause']})" if run.get("cause") else ""), ""]
-    L.append("Fidelity: " + "; ".join(
-        f"{lab} **{'valid' if f['summary']['fidelity']['valid'] else 'INVALID'}**"
-        + ("" if f["summary"]["fidelity"]["valid"] else f" ({'; '.join(f['summary']['fidelity']['reasons'][:6])})")
-        for lab, f in fabs.items()))
+    L = [
+        f"# zlab run `{run['run_id']}`",
+        "",
+        f"Status: **{run.get('status')}**"
+        + (" — INCOMPLETE: numbers cover only what was recorded" if run.get("status") != "complete" else "")
+        + (f" (cause: {run['cause']})" if run.get("cause") else ""),
+        "",
+    ]
+    L.append(
+        "Fidelity: "
+        + "; ".join(
+            f"{lab} **{'valid' if f['summary']['fidelity']['valid'] else 'INVALID'}**"
+            + ("" if f["summary"]["fidelity"]["valid"] else f" ({'; '.join(f['summary']['fidelity']['reasons'][:6])})")
+            for lab, f in fabs.items()
+        )
+    )
     uncal = uncalibrated(fabs)
     if uncal:  # the calibration rule could not run: said, not skipped silently
-        L += ["", "Calibration: **uncalibrated** (" + ", ".join(uncal) + "): the links' rates were not measured against "
-              "the configured rate (`measurement.calibrate` off, or no calibration recorded), so the calibration rule "
-              "did not run"]
-    retaken = [f"{lab} repeat {r['repeat']} ({'; '.join(v['reason'] for v in r['voided_attempts'])}; raw data of the "
-               f"voided attempt(s) kept in {', '.join(lab + '/raw/' + v['folder'] for v in r['voided_attempts'])})"
-               for lab, f in fabs.items() for r in f["repeats"] if r.get("voided_attempts")]
+        L += [
+            "",
+            "Calibration: **uncalibrated** (" + ", ".join(uncal) + "): the links' rates were not measured against "
+            "the configured rate (`measurement.calibrate` off, or no calibration recorded), so the calibration rule "
+            "did not run",
+        ]
+    retaken = [
+        f"{lab} repeat {r['repeat']} ({'; '.join(v['reason'] for v in r['voided_attempts'])}; raw data of the "
+        f"voided attempt(s) kept in {', '.join(lab + '/raw/' + v['folder'] for v in r['voided_attempts'])})"
+        for lab, f in fabs.items()
+        for r in f["repeats"]
+        if r.get("voided_attempts")
+    ]
     if retaken:
-        L += ["", "Re-taken repeats (voided by hypervisor steal alone, a cause outside the run, and replayed with the "
-              "same seed): " + "; ".join(retaken)]
+        L += [
+            "",
+            "Re-taken repeats (voided by hypervisor steal alone, a cause outside the run, and replayed with the "
+            "same seed): " + "; ".join(retaken),
+        ]
     return L
 
 
@@ -166,11 +218,18 @@ def headline(metrics: dict) -> list[str]:
     labels = list(fabs)
     cmp_ = metrics.get("comparison")
     k = max(s["summary"]["repeats"] for s in fabs.values())
-    L = [f"All figures are from the **emulated** fabric, converted to real-cluster units where marked (real = "
-         f"emulated / dilation). Each cell: mean ± 95 % confidence half-width over {k} independent repeats (new QP "
-         "source ports — ECMP entropy — and scheduler seed each)"
-         + (", except where the draws fall into two modes (marked median, below)" if any(
-             (f["summary"].get("draws") or {}).get("bimodal") for f in fabs.values()) else "") + ".", ""]
+    L = [
+        f"All figures are from the **emulated** fabric, converted to real-cluster units where marked (real = "
+        f"emulated / dilation). Each cell: mean ± 95 % confidence half-width over {k} independent repeats (new QP "
+        "source ports — ECMP entropy — and scheduler seed each)"
+        + (
+            ", except where the draws fall into two modes (marked median, below)"
+            if any((f["summary"].get("draws") or {}).get("bimodal") for f in fabs.values())
+            else ""
+        )
+        + ".",
+        "",
+    ]
     head = "| metric | " + " | ".join(labels)
     sep = "|---|" + "---|" * len(labels)
     if cmp_:
@@ -179,8 +238,12 @@ def headline(metrics: dict) -> list[str]:
     L += [head if head.endswith("|") else head + " |", sep]
     bimodal = [lab for lab in labels if (fabs[lab]["summary"].get("draws") or {}).get("bimodal")]
     for key, name, scale, fmt in ROWS:
-        cells = [_median_text([headline_value(r, key) for r in fabs[lab]["repeats"]], scale, fmt) if lab in bimodal
-                 else ci_text(fabs[lab]["summary"][key], scale, fmt) for lab in labels]
+        cells = [
+            _median_text([headline_value(r, key) for r in fabs[lab]["repeats"]], scale, fmt)
+            if lab in bimodal
+            else ci_text(fabs[lab]["summary"][key], scale, fmt)
+            for lab in labels
+        ]
         if cmp_:
             if key in cmp_:
                 cells += [_ratio(cmp_[key]), f"{cmp_[key]['a_better']} of {cmp_[key]['n']}"]
@@ -188,9 +251,12 @@ def headline(metrics: dict) -> list[str]:
                 cells += ["", ""]
         L.append(f"| {name} | " + " | ".join(cells) + " |")
     if bimodal:
-        L += ["", f"{', '.join(bimodal)}: the draws fall into two modes (an ECMP collision or none), which a mean ± "
-              "Student-t interval describes badly; those cells give the median over all repeats and its "
-              "distribution-free (order-statistic) interval with its coverage. See \"What a draw does\"."]
+        L += [
+            "",
+            f"{', '.join(bimodal)}: the draws fall into two modes (an ECMP collision or none), which a mean ± "
+            "Student-t interval describes badly; those cells give the median over all repeats and its "
+            'distribution-free (order-statistic) interval with its coverage. See "What a draw does".',
+        ]
     return L
 
 
@@ -203,12 +269,16 @@ def ttft_decomposed(fabs: dict) -> list[str]:
     """TTFT's four components, which are modelled and which measured, and the modelled share of
     the median: the reader must see how little of TTFT the fabric decides."""
     labels = list(fabs)
-    L = ["## TTFT, decomposed", "",
-         "TTFT = prefill queue wait + prefill compute + KV transfer + first decode step. Only the KV transfer is "
-         "measured; the rest is the workload model's (docs/experiments.md, 'Workload': these time parameters are assumptions). "
-         "Medians and p99 (real ms), mean over repeats:", "",
-         "| component | how it is obtained | " + " | ".join(f"{lab} p50 | {lab} p99" for lab in labels) + " |",
-         "|---|---|" + "---|---|" * len(labels)]
+    L = [
+        "## TTFT, decomposed",
+        "",
+        "TTFT = prefill queue wait + prefill compute + KV transfer + first decode step. Only the KV transfer is "
+        "measured; the rest is the workload model's (docs/experiments.md, 'Workload': these time parameters are assumptions). "
+        "Medians and p99 (real ms), mean over repeats:",
+        "",
+        "| component | how it is obtained | " + " | ".join(f"{lab} p50 | {lab} p99" for lab in labels) + " |",
+        "|---|---|" + "---|---|" * len(labels),
+    ]
     for comp, name, how in COMPONENTS:
         cells = []
         for lab in labels:
@@ -234,16 +304,23 @@ def _ms(x: float | None) -> str:
 
 def every_repeat(fabs: dict) -> list[str]:
     """One row per fabric and repeat, with its own verdict: the spread behind each mean ± CI."""
-    L = ["## Every repeat", "", "| fabric | repeat | KV p50 / p99 (real ms) | max queueing delay (real µs) | "
-         "max offered util | retransmits | verdict |", "|---|---|---|---|---|---|---|"]
+    L = [
+        "## Every repeat",
+        "",
+        "| fabric | repeat | KV p50 / p99 (real ms) | max queueing delay (real µs) | "
+        "max offered util | retransmits | verdict |",
+        "|---|---|---|---|---|---|---|",
+    ]
     for lab, f in fabs.items():
         for r in f["repeats"]:
             kv = r["kv_transfer_real_s"]
             verdict = "valid" if r["fidelity"]["valid"] else "INVALID: " + "; ".join(r["fidelity"]["reasons"])
             qd, ou = r["queue_delay_max_real_s"], r["max_offered_util"]
-            L.append(f"| {lab} | {r['repeat']} | {_ms(kv['p50'])} / {_ms(kv['p99'])} | "
-                     f"{'—' if qd is None else f'{1e6 * qd:.0f}'} | {'—' if ou is None else f'{ou:.2f}'} | "
-                     f"{r['retransmits']} | {verdict} |")
+            L.append(
+                f"| {lab} | {r['repeat']} | {_ms(kv['p50'])} / {_ms(kv['p99'])} | "
+                f"{'—' if qd is None else f'{1e6 * qd:.0f}'} | {'—' if ou is None else f'{ou:.2f}'} | "
+                f"{r['retransmits']} | {verdict} |"
+            )
     return L
 
 
@@ -255,35 +332,87 @@ def _checks(m: dict) -> list[tuple]:
     """(check, limit as text, value of one repeat's metrics, format) for every fidelity check;
     `m` is the spec's measurement section, which holds the limits."""
     return [
-        ("ovs-vswitchd CPU, max over ~250 ms intervals", f"{100 * m['max_cpu_fraction']:.0f} % of a core", _cpu("ovs"),
-         "{:.0%}"),
+        (
+            "ovs-vswitchd CPU, max over ~250 ms intervals",
+            f"{100 * m['max_cpu_fraction']:.0f} % of a core",
+            _cpu("ovs"),
+            "{:.0%}",
+        ),
         ("agent CPU, same", f"{100 * m['max_cpu_fraction']:.0f} % of a core", _cpu("agent"), "{:.0%}"),
-        ("whole machine CPU, same", f"{100 * m['max_machine_cpu_fraction']:.0f} % of all cores", _cpu("machine"),
-         "{:.0%}"),
-        ("of which stolen by the hypervisor, same", f"{100 * m['max_steal_fraction']:.0f} % of all cores",
-         _cpu("steal"), "{:.0%}"),
-        ("queue sample periods missed", f"{100 * m['max_late_sample_fraction']:.0f} %",
-         lambda r: r["late_sample_fraction"], "{:.1%}"),
+        (
+            "whole machine CPU, same",
+            f"{100 * m['max_machine_cpu_fraction']:.0f} % of all cores",
+            _cpu("machine"),
+            "{:.0%}",
+        ),
+        (
+            "of which stolen by the hypervisor, same",
+            f"{100 * m['max_steal_fraction']:.0f} % of all cores",
+            _cpu("steal"),
+            "{:.0%}",
+        ),
+        (
+            "queue sample periods missed",
+            f"{100 * m['max_late_sample_fraction']:.0f} %",
+            lambda r: r["late_sample_fraction"],
+            "{:.1%}",
+        ),
         ("messages faster than their serialisation floor", "0", lambda r: r["below_floor_messages"], "{}"),
-        ("max carried utilisation (beyond a one-frame bucket's two frames)", f"{m['max_carried_util']}",
-         lambda r: r["max_carried_util"], "{:.3f}"),
-        ("KV p50/p99 moved by the agent's late releases", f"{100 * m['max_lateness_shift']:.0f} %",
-         lambda r: r["lateness_shift"], "{:.1%}"),
-        ("agent release lateness p99 (emulated ms)", "(reported)",
-         lambda r: None if r["release_lateness_p99_s"] is None else 1e3 * r["release_lateness_p99_s"], "{:.1f}"),
+        (
+            "max carried utilisation (beyond a one-frame bucket's two frames)",
+            f"{m['max_carried_util']}",
+            lambda r: r["max_carried_util"],
+            "{:.3f}",
+        ),
+        (
+            "KV p50/p99 moved by the agent's late releases",
+            f"{100 * m['max_lateness_shift']:.0f} %",
+            lambda r: r["lateness_shift"],
+            "{:.1%}",
+        ),
+        (
+            "agent release lateness p99 (emulated ms)",
+            "(reported)",
+            lambda r: None if r["release_lateness_p99_s"] is None else 1e3 * r["release_lateness_p99_s"],
+            "{:.1f}",
+        ),
         ("agent sends blocked by a full host queue", "0", lambda r: r["blocked_sends"], "{}"),
-        ("frames dropped in switch egress queues (the fabric's own loss)", "(reported)",
-         lambda r: (r["drops"] or {}).get("switch_queues"), "{}"),
-        ("frames dropped anywhere else (emulator loss)", "0",
-         lambda r: None if r["drops"] is None else sum(r.get("drops_outside", {}).values()), "{}"),
-        ("retransmissions, NAKs and timeouts", "(reported; one no drop on its QP's own path explains voids the run)",
-         lambda r: r["transport_loss_events"], "{}"),
-        ("frames lost on failed elements (excused, counted)", "(reported)",
-         lambda r: sum((r.get("drops_excused") or {}).values()) if r.get("failures_injected") else None, "{}"),
-        ("link bytes vs the model, max error beyond one frame, loaded ports", f"{100 * m['max_link_bytes_error']:.0f} %",
-         lambda r: r["link_bytes_max_error"], "{:.2%}"),
-        ("calibration (iperf3 / configured)", f"{100 * m['min_calibration_ratio']:.0f} %",
-         lambda r: (r["calibration"] or {}).get("ratio"), "{:.1%}"),
+        (
+            "frames dropped in switch egress queues (the fabric's own loss)",
+            "(reported)",
+            lambda r: (r["drops"] or {}).get("switch_queues"),
+            "{}",
+        ),
+        (
+            "frames dropped anywhere else (emulator loss)",
+            "0",
+            lambda r: None if r["drops"] is None else sum(r.get("drops_outside", {}).values()),
+            "{}",
+        ),
+        (
+            "retransmissions, NAKs and timeouts",
+            "(reported; one no drop on its QP's own path explains voids the run)",
+            lambda r: r["transport_loss_events"],
+            "{}",
+        ),
+        (
+            "frames lost on failed elements (excused, counted)",
+            "(reported)",
+            lambda r: sum((r.get("drops_excused") or {}).values()) if r.get("failures_injected") else None,
+            "{}",
+        ),
+        (
+            "link bytes vs the model, max error beyond one frame, loaded ports",
+            f"{100 * m['max_link_bytes_error']:.0f} %",
+            lambda r: r["link_bytes_max_error"],
+            "{:.2%}",
+        ),
+        (
+            "calibration (iperf3 / configured)",
+            f"{100 * m['min_calibration_ratio']:.0f} %",
+            lambda r: (r["calibration"] or {}).get("ratio"),
+            "{:.1%}",
+        ),
     ]
 
 
@@ -297,8 +426,12 @@ def fidelity_checks(m: dict, fabs: dict) -> list[str]:
     """Every fidelity check beside its limit, the worst repeat per fabric (the lowest for the
     calibration ratio, the highest for everything else)."""
     labels = list(fabs)
-    L = ["## Fidelity checks (worst repeat)", "", "| check | limit | " + " | ".join(labels) + " |",
-         "|---|---|" + "---|" * len(labels)]
+    L = [
+        "## Fidelity checks (worst repeat)",
+        "",
+        "| check | limit | " + " | ".join(labels) + " |",
+        "|---|---|" + "---|" * len(labels),
+    ]
     uncal = uncalibrated(fabs)
     for name, limit, fn, fmt in _checks(m):
         agg = min if name.startswith("calibration") else max
@@ -323,34 +456,44 @@ def setup(exp: dict, labels: list[str]) -> list[str]:
     burst = first["emulation"]["burst_bytes"] or em["mtu_bytes"] + 14
     xoff_emu = m["xoff_real_bytes"] * sc["size_scale"]
     frames = xoff_emu / burst
-    return ["## Setup", "",
-            *[f"- `{lab}`: `{exp['fabrics'][lab]['fabric']}`" for lab in labels],
-            f"- workload: trace `{w['trace']}` requests {w['start_index']}…{w['start_index'] + w['requests'] - 1}, "
-            f"model `{w['model']}` ({s['kv_bytes_per_token']:,} KV bytes/token), offered load "
-            f"{100 * s['offered_load']:.1f} % of the prefill side's NIC capacity, counting the bytes actually moved "
-            f"(the trace alone: {100 * s['natural_load']:.3f} %; load factor {sc['load_factor']:.1f}), prefill "
-            f"utilisation {100 * s['prefill_utilisation']:.0f} %",
-            f"- deployment: {d['prefill_instances']} P + {d['decode_instances']} D instances of TP {d['tp']}, mapping "
-            f"`{d['mapping']}`, scheduler `{d['scheduler']}`, ZCube split `{d['split']}`, RoCE path MTU {d['path_mtu']}",
-            f"- scaling: rate_scale {sc['rate_scale']:g} (link rates), size_scale {sc['size_scale']:g} (bytes), dilation "
-            f"{sc['dilation']:g} (emulated s per real s). One {burst}-byte frame stands for "
-            f"{burst / sc['size_scale'] / 2**20:,.1f} MiB of real data. Shapers and pacers hold one frame of burst.",
-            f"- queues: XOFF {m['xoff_real_bytes']:,} real bytes = {xoff_emu:,.0f} emulated bytes = {frames:.2f} frames: "
-            + ("representable (≥ 4 frames)" if frames >= 4 else "**not representable at this scale** (< 4 frames): "
-               "backlog episodes and byte-sized queue figures are qualitative")
-            + ". Whatever the scale, the ns-3 referee found that a real network running this transport queues far "
-              "less than the emulation's real-equivalent figures (its window is 64 packets, and a scaled packet "
-              "stands for 1/size_scale real bytes): read queue figures, delays included, as qualitative; completion "
-              "times hold"
-            + f"; every switch egress queue sampled every {m['queue_sample_ms']} ms; utilisation windows "
-            f"{m['util_window_ms']} ms emulated; offered = (sent + backlog growth + drops) / capacity."]
+    return [
+        "## Setup",
+        "",
+        *[f"- `{lab}`: `{exp['fabrics'][lab]['fabric']}`" for lab in labels],
+        f"- workload: trace `{w['trace']}` requests {w['start_index']}…{w['start_index'] + w['requests'] - 1}, "
+        f"model `{w['model']}` ({s['kv_bytes_per_token']:,} KV bytes/token), offered load "
+        f"{100 * s['offered_load']:.1f} % of the prefill side's NIC capacity, counting the bytes actually moved "
+        f"(the trace alone: {100 * s['natural_load']:.3f} %; load factor {sc['load_factor']:.1f}), prefill "
+        f"utilisation {100 * s['prefill_utilisation']:.0f} %",
+        f"- deployment: {d['prefill_instances']} P + {d['decode_instances']} D instances of TP {d['tp']}, mapping "
+        f"`{d['mapping']}`, scheduler `{d['scheduler']}`, ZCube split `{d['split']}`, RoCE path MTU {d['path_mtu']}",
+        f"- scaling: rate_scale {sc['rate_scale']:g} (link rates), size_scale {sc['size_scale']:g} (bytes), dilation "
+        f"{sc['dilation']:g} (emulated s per real s). One {burst}-byte frame stands for "
+        f"{burst / sc['size_scale'] / 2**20:,.1f} MiB of real data. Shapers and pacers hold one frame of burst.",
+        f"- queues: XOFF {m['xoff_real_bytes']:,} real bytes = {xoff_emu:,.0f} emulated bytes = {frames:.2f} frames: "
+        + (
+            "representable (≥ 4 frames)"
+            if frames >= 4
+            else "**not representable at this scale** (< 4 frames): "
+            "backlog episodes and byte-sized queue figures are qualitative"
+        )
+        + ". Whatever the scale, the ns-3 referee found that a real network running this transport queues far "
+        "less than the emulation's real-equivalent figures (its window is 64 packets, and a scaled packet "
+        "stands for 1/size_scale real bytes): read queue figures, delays included, as qualitative; completion "
+        "times hold" + f"; every switch egress queue sampled every {m['queue_sample_ms']} ms; utilisation windows "
+        f"{m['util_window_ms']} ms emulated; offered = (sent + backlog growth + drops) / capacity.",
+    ]
 
 
 def published() -> list[str]:
     """The spec's published figures and, for each, whether this run measures anything comparable."""
-    return ["## Published reference numbers (spec §5): what is comparable", "",
-            "| what | value | context | comparable with this run? |", "|---|---|---|---|",
-            *[f"| {a} | {b} | {c} | {x} |" for a, b, c, x in PUBLISHED]]
+    return [
+        "## Published reference numbers (spec §5): what is comparable",
+        "",
+        "| what | value | context | comparable with this run? |",
+        "|---|---|---|---|",
+        *[f"| {a} | {b} | {c} | {x} |" for a, b, c, x in PUBLISHED],
+    ]
 
 
 def plot_links(plots: list[str]) -> list[str]:

@@ -18,8 +18,16 @@ from .rules import Unreadable, Verdict, number
 from .stats import ci95
 from .tables import FabricData
 
-LOWER_IS_BETTER = ("kv_p50_real_s", "kv_p99_real_s", "ttft_p50_real_s", "ttft_p99_real_s", "queue_delay_max_real_s",
-                   "queue_delay_p99_real_s", "max_offered_util", "backlog_episodes")
+LOWER_IS_BETTER = (
+    "kv_p50_real_s",
+    "kv_p99_real_s",
+    "ttft_p50_real_s",
+    "ttft_p99_real_s",
+    "queue_delay_max_real_s",
+    "queue_delay_p99_real_s",
+    "max_offered_util",
+    "backlog_episodes",
+)
 
 
 def pct(values, q) -> float | None:
@@ -47,17 +55,26 @@ def repeat_metrics(fd: FabricData, tables: dict, m: dict) -> dict:
         # failure state changed; the rest are not compared (lossexplain.py)
         lb = lb[~lb["port"].isin(acct["touched_ports"])]
     ld = lb[lb["predicted_bytes"] > 0] if not lb.empty else lb
-    stray = lb[(lb["predicted_bytes"] == 0) & (lb["measured_bytes"] > 4 * frame + lb["control_allowance_bytes"])] \
-        if not lb.empty else lb
+    stray = (
+        lb[(lb["predicted_bytes"] == 0) & (lb["measured_bytes"] > 4 * frame + lb["control_allowance_bytes"])]
+        if not lb.empty
+        else lb
+    )
     out = {
-        "repeat": fd.repeat, "replay_status": fd.replay_status, "voided_attempts": fd.voided_attempts,
-        "messages_posted": fd.messages_posted, "messages_completed": int(len(msgs)),
+        "repeat": fd.repeat,
+        "replay_status": fd.replay_status,
+        "voided_attempts": fd.voided_attempts,
+        "messages_posted": fd.messages_posted,
+        "messages_completed": int(len(msgs)),
         "integrity_ok": bool(msgs["integrity_ok"].all()) if not msgs.empty else None,
-        "requests": int(len(req)), "requests_completed": int(len(kv)),
+        "requests": int(len(req)),
+        "requests_completed": int(len(kv)),
         "kv_transfer_real_s": {"n": int(len(kv)), "p50": pct(kv, 50), "p99": pct(kv, 99), "p999": pct(kv, 99.9)},
         "ttft_real_s": {"n": int(len(tt)), "p50": pct(tt, 50), "p99": pct(tt, 99), "p999": pct(tt, 99.9)},
-        "ttft_components_real_s": {c: {"p50": pct(req[f"{c}_real_s"], 50), "p99": pct(req[f"{c}_real_s"], 99)}
-                                   for c in ("prefill_wait", "prefill", "kv_transfer", "first_decode_step")},
+        "ttft_components_real_s": {
+            c: {"p50": pct(req[f"{c}_real_s"], 50), "p99": pct(req[f"{c}_real_s"], 99)}
+            for c in ("prefill_wait", "prefill", "kv_transfer", "first_decode_step")
+        },
         "loaded_ports": len(loaded),
         "queue_max_emulated_bytes": int(qs["backlog_bytes"].max()) if not qs.empty else None,
         "queue_max_emulated_frames": float(qs["backlog_bytes"].max() / frame) if not qs.empty else None,
@@ -71,22 +88,34 @@ def repeat_metrics(fd: FabricData, tables: dict, m: dict) -> dict:
         "max_carried_util": float(llu["carried_beyond_frame"].max()) if not llu.empty else None,
         "throughput_req_per_s_real": float(len(kv) / done_span) if done_span else None,
         "kv_gbps_real": float(req.loc[req["kv_done_s"].notna(), "kv_real_bytes"].sum() * 8 / done_span / 1e9)
-        if done_span else None,
+        if done_span
+        else None,
         "retransmits": int(sum(q["requester"]["retransmits"] for q in fd.counters.get("qps", []))),
-        "queue_drops": int(qs.groupby("port")["drops_total"].max().sum() - qs.groupby("port")["drops_total"].min().sum())
-        if not qs.empty else None,
+        "queue_drops": int(
+            qs.groupby("port")["drops_total"].max().sum() - qs.groupby("port")["drops_total"].min().sum()
+        )
+        if not qs.empty
+        else None,
         "below_floor_messages": int(msgs["below_floor"].sum()) if not msgs.empty else 0,
         "release_lateness_p99_s": pct(msgs["release_lateness_s"], 99) if not msgs.empty else None,
         "lateness_shift": _lateness_shift(req),
         "blocked_sends": int(sum(p.get("tx_blocked", 0) for p in ports.values())),
         "link_bytes_max_error": float(ld["error_beyond_frame"].max()) if not ld.empty else None,
         "link_bytes_stray_ports": sorted(stray["port"].tolist()) if not stray.empty else [],
-        "drops": _drops(fd, qs), "drops_unreadable": fd.drops_unreadable,
-        "drops_outside": acct["outside"], "drops_excused": acct["excused"], "loss_unexplained": acct["unexplained"],
+        "drops": _drops(fd, qs),
+        "drops_unreadable": fd.drops_unreadable,
+        "drops_outside": acct["outside"],
+        "drops_excused": acct["excused"],
+        "loss_unexplained": acct["unexplained"],
         "link_bytes_skipped_ports": len(acct["touched_ports"]),
-        "transport_loss_events": int(sum(q["requester"]["retransmits"] + q["requester"]["naks"]
-                                         + q["requester"]["timeouts"] for q in fd.counters.get("qps", []))),
-        "cpu_fraction": fd.cpu_fractions(), "late_sample_fraction": late_frac,
+        "transport_loss_events": int(
+            sum(
+                q["requester"]["retransmits"] + q["requester"]["naks"] + q["requester"]["timeouts"]
+                for q in fd.counters.get("qps", [])
+            )
+        ),
+        "cpu_fraction": fd.cpu_fractions(),
+        "late_sample_fraction": late_frac,
         "calibration": fd.run.get("calibration"),
         # this draw's ECMP choices put two concurrent QPs on one fabric link (the model's answer, draws.py)
         "ecmp_collision": draws.repeat_collides(fd),
@@ -103,8 +132,13 @@ def _drops(fd: FabricData, qs) -> dict | None:
     samples), every counter losses.py snapshots, and the agent's sockets. None: not recorded."""
     if fd.drops is None:
         return None
-    out = {"switch_queues": int(qs.groupby("port")["drops_total"].max().sum() - qs.groupby("port")["drops_total"].min().sum())
-           if not qs.empty else 0}
+    out = {
+        "switch_queues": int(
+            qs.groupby("port")["drops_total"].max().sum() - qs.groupby("port")["drops_total"].min().sum()
+        )
+        if not qs.empty
+        else 0
+    }
     for loc, items in fd.drops.items():
         out[loc] = int(sum(items.values()))
     out["agent_sockets"] = int(sum(p.get("socket_drops", 0) for p in fd.counters.get("ports", {}).values()))
@@ -149,29 +183,41 @@ def fidelity(out: dict, m: dict) -> dict:
     elif late_frac > m["max_late_sample_fraction"]:
         v.void(f"{100 * late_frac:.1f} % of queue sample periods missed")
     if calib:  # missing: the rule cannot run, and the report prints "uncalibrated"
-        v.check("calibration", lambda: [f"calibration {100 * calib['ratio']:.0f} % of the configured rate"]
-                if number(calib.get("ratio"), "calibration ratio") < m["min_calibration_ratio"] else [])
+        v.check(
+            "calibration",
+            lambda: (
+                [f"calibration {100 * calib['ratio']:.0f} % of the configured rate"]
+                if number(calib.get("ratio"), "calibration ratio") < m["min_calibration_ratio"]
+                else []
+            ),
+        )
     if out["integrity_ok"] is False:
         v.void("corrupted transfers")
     if out["below_floor_messages"]:
         v.void(f"{out['below_floor_messages']} messages faster than their serialisation floor (shaping not exact)")
     over = out["max_carried_util"]
     if over is not None and over > m["max_carried_util"]:
-        v.void(f"carried utilisation {over:.3f} > {m['max_carried_util']} beyond the two frames a one-frame "
-               "bucket can send ahead (a link carried more than its rate)")
+        v.void(
+            f"carried utilisation {over:.3f} > {m['max_carried_util']} beyond the two frames a one-frame "
+            "bucket can send ahead (a link carried more than its rate)"
+        )
     shift, lat = out["lateness_shift"], out["release_lateness_p99_s"]
     if shift is not None and shift > m["max_lateness_shift"]:
         steal = cpu.get("steal", {}).get("max")
-        v.void(f"agent released messages late (p99 {1e3 * lat:.1f} ms emulated), moving KV p50/p99 by "
-               f"{100 * shift:.1f} % (limit {100 * m['max_lateness_shift']:.0f} %)"
-               + (f"; hypervisor steal up to {100 * steal:.0f} % of the cores" if steal else ""))
+        v.void(
+            f"agent released messages late (p99 {1e3 * lat:.1f} ms emulated), moving KV p50/p99 by "
+            f"{100 * shift:.1f} % (limit {100 * m['max_lateness_shift']:.0f} %)"
+            + (f"; hypervisor steal up to {100 * steal:.0f} % of the cores" if steal else "")
+        )
     v.check("drop", lambda: _drop_rule(out))
     if out["blocked_sends"]:
         v.void(f"{out['blocked_sends']} agent sends blocked by a full host queue")
     err = out["link_bytes_max_error"]
     if err is not None and err > m["max_link_bytes_error"]:
-        v.void(f"link bytes off the model by up to {100 * err:.1f} % beyond one frame (limit "
-               f"{100 * m['max_link_bytes_error']:.0f} %): misrouting or uncounted traffic")
+        v.void(
+            f"link bytes off the model by up to {100 * err:.1f} % beyond one frame (limit "
+            f"{100 * m['max_link_bytes_error']:.0f} %): misrouting or uncounted traffic"
+        )
     if out["link_bytes_stray_ports"]:
         v.void(f"replay bytes on ports the model does not route through: {out['link_bytes_stray_ports'][:4]}")
     return v.result()
@@ -187,15 +233,21 @@ def _cpu_rule(cpu: dict, m: dict) -> list[str]:
             raise Unreadable(f"{cpu[who]['unreadable_samples']} CPU samples of {who} unreadable (process gone?)")
     for who in ("ovs", "agent"):
         if number(cpu[who]["max"], f"CPU of {who}") > m["max_cpu_fraction"]:
-            reasons.append(f"CPU-bound: {who} at {100 * cpu[who]['max']:.0f} % of a core (limit "
-                           f"{100 * m['max_cpu_fraction']:.0f} %)")
+            reasons.append(
+                f"CPU-bound: {who} at {100 * cpu[who]['max']:.0f} % of a core (limit "
+                f"{100 * m['max_cpu_fraction']:.0f} %)"
+            )
     if number(cpu["machine"]["max"], "CPU of the machine") > m["max_machine_cpu_fraction"]:
-        reasons.append(f"CPU-bound: the machine at {100 * cpu['machine']['max']:.0f} % of all cores (limit "
-                       f"{100 * m['max_machine_cpu_fraction']:.0f} %)")
+        reasons.append(
+            f"CPU-bound: the machine at {100 * cpu['machine']['max']:.0f} % of all cores (limit "
+            f"{100 * m['max_machine_cpu_fraction']:.0f} %)"
+        )
     steal = cpu.get("steal", {}).get("max")
     if steal is not None and number(steal, "hypervisor steal") > m["max_steal_fraction"]:
-        reasons.append(f"CPU-bound: the hypervisor stole up to {100 * steal:.0f} % of the cores (limit "
-                       f"{100 * m['max_steal_fraction']:.0f} %): stalls stretch transfers, not only releases")
+        reasons.append(
+            f"CPU-bound: the hypervisor stole up to {100 * steal:.0f} % of the cores (limit "
+            f"{100 * m['max_steal_fraction']:.0f} %): stalls stretch transfers, not only releases"
+        )
     return reasons
 
 
@@ -209,22 +261,33 @@ def _drop_rule(out: dict) -> list[str]:
     reasons = []
     outside = {k: v for k, v in out["drops_outside"].items() if v}
     if outside:
-        reasons.append("frames dropped outside a switch egress queue: "
-                       + ", ".join(f"{v} at {k.replace('_', ' ')}" for k, v in sorted(outside.items())))
+        reasons.append(
+            "frames dropped outside a switch egress queue: "
+            + ", ".join(f"{v} at {k.replace('_', ' ')}" for k, v in sorted(outside.items()))
+        )
     bad = out["loss_unexplained"]
     if bad:
-        reasons.append(f"the transport saw loss on {len(bad)} QPs that no drop counter explains on their own path: "
-                       + "; ".join(bad[:3]))
+        reasons.append(
+            f"the transport saw loss on {len(bad)} QPs that no drop counter explains on their own path: "
+            + "; ".join(bad[:3])
+        )
     return reasons
 
 
 def headline(r: dict) -> dict:
     """The per-repeat numbers that are summarised over repeats and compared between fabrics."""
-    return {"kv_p50_real_s": r["kv_transfer_real_s"]["p50"], "kv_p99_real_s": r["kv_transfer_real_s"]["p99"],
-            "ttft_p50_real_s": r["ttft_real_s"]["p50"], "ttft_p99_real_s": r["ttft_real_s"]["p99"],
-            "queue_delay_max_real_s": r["queue_delay_max_real_s"], "queue_delay_p99_real_s": r["queue_delay_p99_real_s"],
-            "max_offered_util": r["max_offered_util"], "max_carried_util": r["max_carried_util"],
-            "backlog_episodes": r["backlog_episodes"], "retransmits": r["retransmits"]}
+    return {
+        "kv_p50_real_s": r["kv_transfer_real_s"]["p50"],
+        "kv_p99_real_s": r["kv_transfer_real_s"]["p99"],
+        "ttft_p50_real_s": r["ttft_real_s"]["p50"],
+        "ttft_p99_real_s": r["ttft_real_s"]["p99"],
+        "queue_delay_max_real_s": r["queue_delay_max_real_s"],
+        "queue_delay_p99_real_s": r["queue_delay_p99_real_s"],
+        "max_offered_util": r["max_offered_util"],
+        "max_carried_util": r["max_carried_util"],
+        "backlog_episodes": r["backlog_episodes"],
+        "retransmits": r["retransmits"],
+    }
 
 
 def fabric_summary(repeats: list[dict]) -> dict:
@@ -232,8 +295,11 @@ def fabric_summary(repeats: list[dict]) -> dict:
     fabric is valid only if every repeat is)."""
     keys = headline(repeats[0]).keys()
     reasons = [f"repeat {r['repeat']}: {x}" for r in repeats for x in r["fidelity"]["reasons"]]
-    return {"repeats": len(repeats), **{k: ci95([headline(r)[k] for r in repeats]) for k in keys},
-            "fidelity": {"valid": not reasons, "reasons": reasons}}
+    return {
+        "repeats": len(repeats),
+        **{k: ci95([headline(r)[k] for r in repeats]) for k in keys},
+        "fidelity": {"valid": not reasons, "reasons": reasons},
+    }
 
 
 def comparison(per_fabric: dict[str, list[dict]], a: str, b: str) -> dict:

@@ -76,8 +76,12 @@ def completion_cdf(pooled: dict[str, pd.DataFrame], out: Path, column: str, name
     for lab, req in pooled.items():
         v = np.sort(req[column].dropna().values * 1e3)
         if v.size:
-            ax.step(v, np.arange(1, v.size + 1) / v.size, where="post",
-                    label=f"{lab} (n={v.size}, {req['repeat'].nunique()} repeats)")
+            ax.step(
+                v,
+                np.arange(1, v.size + 1) / v.size,
+                where="post",
+                label=f"{lab} (n={v.size}, {req['repeat'].nunique()} repeats)",
+            )
     ax.set_xlabel(f"{title}, real-cluster ms")
     ax.set_ylabel("CDF")
     ax.set_title(title, fontsize=9)
@@ -98,8 +102,14 @@ def link_util_heatmap(tables: dict[str, dict], out: Path) -> str:
         used = lu.groupby("port")["carried_util"].max()
         ports = used[used > 0].index
         grid = lu[lu["port"].isin(ports)].pivot(index="port", columns="t_s", values="offered_util")
-        im = ax.imshow(grid.values, aspect="auto", cmap="magma", vmin=0, vmax=max(1.0, float(np.nanmax(grid.values))),
-                       extent=[grid.columns.min(), grid.columns.max(), len(grid.index), 0])
+        im = ax.imshow(
+            grid.values,
+            aspect="auto",
+            cmap="magma",
+            vmin=0,
+            vmax=max(1.0, float(np.nanmax(grid.values))),
+            extent=[grid.columns.min(), grid.columns.max(), len(grid.index), 0],
+        )
         ax.set_yticks(np.arange(len(grid.index)) + 0.5, grid.index, fontsize=5)
         ax.set_title(f"{lab}: offered utilisation of each loaded switch egress port (repeat 0)", fontsize=9)
         ax.set_xlabel("emulated time (s)")
@@ -134,8 +144,13 @@ def link_bytes_scatter(pooled: dict[str, pd.DataFrame], out: Path) -> str:
         d = lb[lb["predicted_bytes"] > 0]
         if d.empty:
             continue
-        ax.scatter(d["predicted_bytes"] / 1e6, d["measured_bytes"] / 1e6, s=10, alpha=0.6,
-                   label=f"{lab} (max error beyond one frame {100 * d['error_beyond_frame'].max():.2f} %)")
+        ax.scatter(
+            d["predicted_bytes"] / 1e6,
+            d["measured_bytes"] / 1e6,
+            s=10,
+            alpha=0.6,
+            label=f"{lab} (max error beyond one frame {100 * d['error_beyond_frame'].max():.2f} %)",
+        )
         top = max(top, float(d[["predicted_bytes", "measured_bytes"]].max().max()) / 1e6)
     ax.plot([0, top], [0, top], color="grey", lw=0.8, ls="--", label="measured = predicted")
     ax.set_xlabel("predicted by the model, MB (emulated)")
@@ -149,6 +164,7 @@ def all_plots(datas: dict[str, list[FabricData]], tables: dict[str, list[dict]],
     """Every figure of the report, in report order; returns their file names."""
     out.mkdir(parents=True, exist_ok=True)
     first = {lab: reps[0] for lab, reps in tables.items()}
+
     def pool(name):
         out = {}
         for lab, reps in tables.items():
@@ -157,11 +173,15 @@ def all_plots(datas: dict[str, list[FabricData]], tables: dict[str, list[dict]],
         return out
 
     requests = pool("requests")
-    return [queue_over_time(first, out), max_queue_heatmap(first, out),
-            completion_cdf(requests, out, "kv_transfer_real_s", "kv_completion_cdf.png", "KV-transfer completion time"),
-            completion_cdf(requests, out, "ttft_real_s", "ttft_cdf.png", "TTFT"),
-            link_util_heatmap(first, out), nic_kv_bytes({lab: d[0] for lab, d in datas.items()}, first, out),
-            link_bytes_scatter(pool("link_bytes"), out)]
+    return [
+        queue_over_time(first, out),
+        max_queue_heatmap(first, out),
+        completion_cdf(requests, out, "kv_transfer_real_s", "kv_completion_cdf.png", "KV-transfer completion time"),
+        completion_cdf(requests, out, "ttft_real_s", "ttft_cdf.png", "TTFT"),
+        link_util_heatmap(first, out),
+        nic_kv_bytes({lab: d[0] for lab, d in datas.items()}, first, out),
+        link_bytes_scatter(pool("link_bytes"), out),
+    ]
 
 
 def failure_timeline(timelines: dict[str, dict], out: Path) -> str:
@@ -170,27 +190,50 @@ def failure_timeline(timelines: dict[str, dict], out: Path) -> str:
     deepest detour-port queue (emulated bytes) underneath."""
     plt = _plt()
     labels = list(timelines)
-    fig, axes = plt.subplots(2 * len(labels), 1, figsize=(10, 4.2 * len(labels)), squeeze=False,
-                             gridspec_kw={"height_ratios": [3, 1] * len(labels)})
-    colours = {"down": "red", "gray": "purple", "up": "green", "clear": "green", "detected": "orange",
-               "installed": "teal"}
+    fig, axes = plt.subplots(
+        2 * len(labels),
+        1,
+        figsize=(10, 4.2 * len(labels)),
+        squeeze=False,
+        gridspec_kw={"height_ratios": [3, 1] * len(labels)},
+    )
+    colours = {
+        "down": "red",
+        "gray": "purple",
+        "up": "green",
+        "clear": "green",
+        "detected": "orange",
+        "installed": "teal",
+    }
     for i, lab in enumerate(labels):
         tl = timelines[lab]
         ax, axq = axes[2 * i, 0], axes[2 * i + 1, 0]
         m = tl["messages"]
         if not m.empty:
-            ax.scatter(m["t_post_s"], m["completion_real_s"] * 1e3, s=6, c=np.where(m["qp_migrations"] > 0, "C1", "C0")
-                       if "qp_migrations" in m else "C0")
+            ax.scatter(
+                m["t_post_s"],
+                m["completion_real_s"] * 1e3,
+                s=6,
+                c=np.where(m["qp_migrations"] > 0, "C1", "C0") if "qp_migrations" in m else "C0",
+            )
             ax.set_yscale("log")
         seen = set()
         for t, what, _note in tl["marks"]:
             for a in (ax, axq):
-                a.axvline(t, color=colours.get(what, "black"), lw=1, ls="--",
-                          label=what if a is ax and what not in seen else None)
+                a.axvline(
+                    t,
+                    color=colours.get(what, "black"),
+                    lw=1,
+                    ls="--",
+                    label=what if a is ax and what not in seen else None,
+                )
             seen.add(what)
         ax.legend(fontsize=7, loc="upper right")
-        ax.set_title(f"{lab}: KV message completion vs post time, recovery '{tl['recovery']}' (repeat 0; "
-                     f"orange dots: QPs that migrated)", fontsize=9)
+        ax.set_title(
+            f"{lab}: KV message completion vs post time, recovery '{tl['recovery']}' (repeat 0; "
+            f"orange dots: QPs that migrated)",
+            fontsize=9,
+        )
         ax.set_ylabel("completion, real ms")
         q = tl["detour_backlog"]
         if len(q):

@@ -37,8 +37,9 @@ class QdiscReader:
 
     def dump(self, want_kind: bytes | None = None) -> dict:
         self.seq += 1
-        req = _NLH.pack(_NLH.size + _TCM.size, RTM_GETQDISC, NLM_F_REQUEST | NLM_F_DUMP, self.seq, 0) + \
-            _TCM.pack(0, 0, 0, 0, 0)
+        req = _NLH.pack(_NLH.size + _TCM.size, RTM_GETQDISC, NLM_F_REQUEST | NLM_F_DUMP, self.seq, 0) + _TCM.pack(
+            0, 0, 0, 0, 0
+        )
         self.sock.send(req)
         out = {}
         while True:
@@ -70,7 +71,7 @@ class QdiscReader:
             if alen < 4:
                 break
             if atype == TCA_KIND:
-                kind = data[off + 4:off + alen].rstrip(b"\0")
+                kind = data[off + 4 : off + alen].rstrip(b"\0")
                 if want_kind is not None and kind != want_kind:
                     return
             elif atype & 0x7FFF == TCA_STATS2:

@@ -9,10 +9,10 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from ..errors import RuntimeFailure, UserInputError
-from ..records import read_json, write_json
 import pandas as pd
 
+from ..errors import RuntimeFailure, UserInputError
+from ..records import read_json, write_json
 from . import draws, failures, markdown, plots
 from .metrics import comparison, fabric_summary, repeat_metrics
 from .tables import FabricData
@@ -30,14 +30,18 @@ def load(root: Path) -> tuple[dict, dict, dict[str, list[FabricData]]]:
     """(resolved experiment, run record, {label: [FabricData per repeat that recorded data]})."""
     root = Path(root)
     if not (root / "experiment.json").exists():
-        raise RunFolderError(f"{root}: not a zlab run folder (no experiment.json); "
-                             "`zlab run` prints the folder it writes")
+        raise RunFolderError(
+            f"{root}: not a zlab run folder (no experiment.json); `zlab run` prints the folder it writes"
+        )
     exp = read_json(root / "experiment.json")
     run = read_json(root / "run.json")
     datas = {}
     for label, resolved in exp["fabrics"].items():
-        reps = [FabricData(root / label, resolved, r["index"]) for r in resolved["repeats"]
-                if (root / label / "raw" / f"rep{r['index']}" / "plan.json").exists()]
+        reps = [
+            FabricData(root / label, resolved, r["index"])
+            for r in resolved["repeats"]
+            if (root / label / "raw" / f"rep{r['index']}" / "plan.json").exists()
+        ]
         if reps:
             datas[label] = reps
     return exp, run, datas
@@ -51,9 +55,10 @@ def build(root: Path) -> dict:
     if not datas:
         if run.get("status") == "complete":
             raise MissingRecords(f"{root}: the run completed but its raw records are missing; nothing to rebuild")
-        (root / "report.md").write_text(f"# zlab run `{run['run_id']}`\n\nNo fabric recorded any data "
-                                        f"(status {run.get('status')}"
-                                        + (f": {run['cause']}" if run.get("cause") else "") + ").\n")
+        (root / "report.md").write_text(
+            f"# zlab run `{run['run_id']}`\n\nNo fabric recorded any data "
+            f"(status {run.get('status')}" + (f": {run['cause']}" if run.get("cause") else "") + ").\n"
+        )
         return {}
     tables, per_fabric = {}, {}
     for label, reps in datas.items():
@@ -64,24 +69,36 @@ def build(root: Path) -> dict:
             tables[label].append(t)
             per_fabric[label].append(repeat_metrics(fd, t, m))
     labels = list(datas)
-    metrics = {"fabrics": {lab: {"summary": fabric_summary(per_fabric[lab]), "repeats": per_fabric[lab]}
-                           for lab in labels}}
+    metrics = {
+        "fabrics": {lab: {"summary": fabric_summary(per_fabric[lab]), "repeats": per_fabric[lab]} for lab in labels}
+    }
     for lab in labels:  # what a draw does: ECMP collisions and each mode's figures (draws.py)
         metrics["fabrics"][lab]["summary"]["draws"] = draws.summary(datas[lab], per_fabric[lab])
     if len(labels) >= 2:
         metrics["comparison"] = comparison(per_fabric, labels[0], labels[1])
     made = plots.all_plots(datas, tables, root / "plots")
-    fail_rows = {lab: [row for fd, t in zip(reps, tables[lab]) for row in failures.events(fd, t)]
-                 for lab, reps in datas.items()}
+    fail_rows = {
+        lab: [row for fd, t in zip(reps, tables[lab]) for row in failures.events(fd, t)] for lab, reps in datas.items()
+    }
     if any(fail_rows.values()):
-        metrics["failures"] = {lab: {"events": rows, "summary": failures.summary(rows)}
-                               for lab, rows in fail_rows.items() if rows}
-        pd.DataFrame([r for rows in fail_rows.values() for r in rows]).to_csv(root / "tables" / "failures.csv",
-                                                                             index=False)
-        made.append(plots.failure_timeline({lab: failures.timeline(reps[0], [r for r in fail_rows[lab]
-                                                                              if r["repeat"] == reps[0].repeat],
-                                                                   tables[lab][0])
-                                            for lab, reps in datas.items() if fail_rows[lab]}, root / "plots"))
+        metrics["failures"] = {
+            lab: {"events": rows, "summary": failures.summary(rows)} for lab, rows in fail_rows.items() if rows
+        }
+        pd.DataFrame([r for rows in fail_rows.values() for r in rows]).to_csv(
+            root / "tables" / "failures.csv", index=False
+        )
+        made.append(
+            plots.failure_timeline(
+                {
+                    lab: failures.timeline(
+                        reps[0], [r for r in fail_rows[lab] if r["repeat"] == reps[0].repeat], tables[lab][0]
+                    )
+                    for lab, reps in datas.items()
+                    if fail_rows[lab]
+                },
+                root / "plots",
+            )
+        )
     write_json(root / "metrics.json", metrics, sort_keys=False)
     text = markdown.markdown(run, exp, metrics, made)
     referee = root / "referee" / "report.md"  # written by `zlab referee`; kept across report rebuilds

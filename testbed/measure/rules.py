@@ -10,7 +10,7 @@ is void with the rule's name and what could not be read.
 from __future__ import annotations
 
 import math
-from typing import Callable, Iterable
+from collections.abc import Callable, Iterable
 
 
 class Unreadable(Exception):

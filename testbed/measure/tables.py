@@ -15,7 +15,8 @@ import pandas as pd
 
 from ..fabric.model import Fabric
 from ..fabric.paths import walk
-from ..records import read_json, read_jsonl as _jsonl
+from ..records import read_json
+from ..records import read_jsonl as _jsonl
 
 # RoCE frame bytes around a packet's payload: Ethernet 14, IPv4 20, UDP 8, BTH 12, ICRC 4;
 # the first packet of a WRITE also carries a RETH (16). An ACK/NAK frame is 62 bytes.
@@ -34,8 +35,9 @@ def cpu_fractions(rows: list[dict]) -> dict:
         return out
     t = np.array([r["t_ns"] for r in rows]) / 1e9
     dt = np.diff(t)
-    keys = [k for k in rows[0] if k.endswith("_cpu_s")] + [k for k in ("machine_busy_s", "machine_steal_s")
-                                                             if k in rows[0]]
+    keys = [k for k in rows[0] if k.endswith("_cpu_s")] + [
+        k for k in ("machine_busy_s", "machine_steal_s") if k in rows[0]
+    ]
     for key in keys:
         v = np.array([r.get(key) if r.get(key) is not None else np.nan for r in rows], dtype=float)
         scale = float(rows[0].get("cores", 1)) if key.startswith("machine_") else 1.0
@@ -87,8 +89,9 @@ class FabricData:
     @property
     def voided_attempts(self) -> list[dict]:
         """Attempts of this repeat the runner voided and re-took (hypervisor steal), with why."""
-        return next((r.get("voided_attempts", []) for r in self.run.get("replays", []) if r["repeat"] == self.repeat),
-                    [])
+        return next(
+            (r.get("voided_attempts", []) for r in self.run.get("replays", []) if r["repeat"] == self.repeat), []
+        )
 
     @property
     def replay_status(self) -> str | None:
@@ -131,9 +134,16 @@ class FabricData:
         else:
             # what each message's completion would have been had the agent released it on time
             on_time_ns = msgs["t_complete_ns"] - (msgs["release_lateness_s"] * 1e9).round().astype("int64")
-            per_req = msgs.assign(on_time_ns=on_time_ns).groupby("req").agg(
-                done_ns=("t_complete_ns", "max"), on_time_ns=("on_time_ns", "max"), n=("msg_id", "size"),
-                ok=("integrity_ok", "all"))
+            per_req = (
+                msgs.assign(on_time_ns=on_time_ns)
+                .groupby("req")
+                .agg(
+                    done_ns=("t_complete_ns", "max"),
+                    on_time_ns=("on_time_ns", "max"),
+                    n=("msg_id", "size"),
+                    ok=("integrity_ok", "all"),
+                )
+            )
             expected = transfers.groupby("req").size() * self.subflows_per_transfer
             done = per_req["n"] >= expected.reindex(per_req.index)
             reqs["kv_done_s"] = reqs["req"].map(((per_req["done_ns"] - self.t0_ns) / 1e9).where(done))
@@ -166,10 +176,18 @@ class FabricData:
         T, P = b.shape
         tiers = self.port_tiers(ports)
         rate = np.tile(self.port_rate_bps(ports), T)
-        return pd.DataFrame({"t_s": np.repeat(t, P), "port": np.tile(ports, T), "tier": np.tile(tiers, T),
-                             "backlog_bytes": b.ravel(), "qlen_pkts": q.ravel(), "drops_total": d.ravel(),
-                             "sent_bytes_total": x.ravel(),
-                             "queue_delay_real_s": b.ravel() * 8.0 / rate / self.dilation})
+        return pd.DataFrame(
+            {
+                "t_s": np.repeat(t, P),
+                "port": np.tile(ports, T),
+                "tier": np.tile(tiers, T),
+                "backlog_bytes": b.ravel(),
+                "qlen_pkts": q.ravel(),
+                "drops_total": d.ravel(),
+                "sent_bytes_total": x.ravel(),
+                "queue_delay_real_s": b.ravel() * 8.0 / rate / self.dilation,
+            }
+        )
 
     def port_tiers(self, ports) -> list[str]:
         out = []
@@ -206,13 +224,22 @@ class FabricData:
             drop = (d[i1] - d[i0]) * 8.0 * frame
             cap = rate * dt_s
             for j, port in enumerate(ports):
-                rows.append((t[i0], dt_s, port, sent[j] / cap[j], max(0.0, sent[j] - 16.0 * self.burst_bytes) / cap[j],
-                             (sent[j] + grow[j] + drop[j]) / cap[j]))
+                rows.append(
+                    (
+                        t[i0],
+                        dt_s,
+                        port,
+                        sent[j] / cap[j],
+                        max(0.0, sent[j] - 16.0 * self.burst_bytes) / cap[j],
+                        (sent[j] + grow[j] + drop[j]) / cap[j],
+                    )
+                )
         # carried_beyond_frame: what the link carried beyond the two frames a token bucket of one
         # frame's depth can send ahead of line rate (the banked frame, and the one that takes the
         # bucket negative) — bytes in any window <= rate x window + 2 frames, so this cannot pass 1
-        return pd.DataFrame(rows, columns=["t_s", "window_s", "port", "carried_util", "carried_beyond_frame",
-                                           "offered_util"])
+        return pd.DataFrame(
+            rows, columns=["t_s", "window_s", "port", "carried_util", "carried_beyond_frame", "offered_util"]
+        )
 
     def backlog_episodes(self, xoff_bytes: int) -> pd.DataFrame:
         """PFC stand-in (this kernel cannot pause): per port, episodes with backlog >= XOFF;
@@ -255,9 +282,11 @@ class FabricData:
             src = np.array([ids[q["src"]] for q in qps] + [ids[q["dst"]] for q in qps])
             dst = np.array([ids[q["dst"]] for q in qps] + [ids[q["src"]] for q in qps])
             sport = np.array([q["sport"] for q in qps] * 2)
-            volume = np.array([q["requester"]["bytes"] for q in qps]
-                              + [ACK_FRAME_BYTES * (q["responder"]["acks"] + q["responder"]["naks"]) for q in qps],
-                              dtype=float)
+            volume = np.array(
+                [q["requester"]["bytes"] for q in qps]
+                + [ACK_FRAME_BYTES * (q["responder"]["acks"] + q["responder"]["naks"]) for q in qps],
+                dtype=float,
+            )
             w = walk(fab, src, dst, sport)
             ends = fab.link_ends
             for f in range(src.size):
@@ -279,9 +308,11 @@ class FabricData:
         # beyond one frame: control frames (LLDP, ~70 B each) are not replay traffic, and a
         # misrouted message moves at least a whole frame; fewer bytes than the model are never allowed for
         excess = np.maximum(-diff - self.burst_bytes, diff - self.burst_bytes - df["control_allowance_bytes"]).clip(
-            lower=0)
-        df["error_beyond_frame"] = np.where(df["predicted_bytes"] > 0, excess / df["predicted_bytes"].clip(lower=1),
-                                            np.nan)
+            lower=0
+        )
+        df["error_beyond_frame"] = np.where(
+            df["predicted_bytes"] > 0, excess / df["predicted_bytes"].clip(lower=1), np.nan
+        )
         return df
 
     def probe_bytes_bound(self, port: str, window_s: float) -> float:
@@ -291,8 +322,13 @@ class FabricData:
         hz = self.probe_hz
         p = self._port[port]
         link = self.fabric.port_link[p.id]
-        if not hz or link < 0 or not all(self.fabric.nodes[self.fabric.ports[int(e)].node].role == "switch"
-                                         for e in self.fabric.link_ends[link]):
+        if (
+            not hz
+            or link < 0
+            or not all(
+                self.fabric.nodes[self.fabric.ports[int(e)].node].role == "switch" for e in self.fabric.link_ends[link]
+            )
+        ):
             return 0.0
         return (hz * window_s + 2) * PROBE_FRAME_MAX_BYTES
 
@@ -309,11 +345,18 @@ class FabricData:
 
     def write_tables(self, out: Path, xoff_bytes: int, window_s: float) -> dict[str, pd.DataFrame]:
         out.mkdir(parents=True, exist_ok=True)
-        tables = {"messages": self.messages(), "requests": self.requests(), "queue_samples": self.queue_samples(),
-                  "link_util": self.link_util(window_s), "backlog_episodes": self.backlog_episodes(xoff_bytes),
-                  "nic_bytes": self.nic_bytes(), "link_bytes": self.link_bytes()}
+        tables = {
+            "messages": self.messages(),
+            "requests": self.requests(),
+            "queue_samples": self.queue_samples(),
+            "link_util": self.link_util(window_s),
+            "backlog_episodes": self.backlog_episodes(xoff_bytes),
+            "nic_bytes": self.nic_bytes(),
+            "link_bytes": self.link_bytes(),
+        }
         for name, df in tables.items():
             if not df.empty:
-                df.assign(repeat=self.repeat).to_parquet(out / f"{self.label}_rep{self.repeat}_{name}.parquet",
-                                                         index=False)
+                df.assign(repeat=self.repeat).to_parquet(
+                    out / f"{self.label}_rep{self.repeat}_{name}.parquet", index=False
+                )
         return tables

@@ -34,12 +34,15 @@ def run_tcp(sc: scenario.Scenario, out_dir: Path, log=print, timeout_s: float = 
     out_dir = Path(out_dir)
     out_dir.mkdir(parents=True, exist_ok=True)
     (out_dir / "scenario.txt").write_text(sc.text)
-    res = subprocess.run([str(exe), str(out_dir / "scenario.txt"), str(out_dir)], capture_output=True, text=True,
-                         timeout=timeout_s)
+    res = subprocess.run(
+        [str(exe), str(out_dir / "scenario.txt"), str(out_dir)], capture_output=True, text=True, timeout=timeout_s
+    )
     (out_dir / "baseline.log").write_text(res.stdout + res.stderr)
     if res.returncode not in (0, 3):
-        raise RuntimeFailure(f"ns-3 TCP baseline failed on {sc.label} rep {sc.repeat} (exit {res.returncode}): "
-                             f"{(res.stderr or res.stdout).strip()[-400:]}")
+        raise RuntimeFailure(
+            f"ns-3 TCP baseline failed on {sc.label} rep {sc.repeat} (exit {res.returncode}): "
+            f"{(res.stderr or res.stdout).strip()[-400:]}"
+        )
     done = pd.read_csv(out_dir / "messages.csv")
     msgs = sc.messages.merge(done[["msg", "t_done_ns"]], on="msg", how="left")
     msgs["t_done_ns"] = msgs["t_done_ns"].where(msgs["t_done_ns"] >= 0)
@@ -57,12 +60,18 @@ def compare_repeat(root: Path, exp: dict, label: str, rep: int, log=print) -> di
     data = z[z >= DATA_FRAMES * frame].index
     err = ((t[data] - z[data]).abs() / z[data]) if len(data) else pd.Series(dtype=float)
     zk, tk = _kv(zres.messages, "t_last_rx_ns"), _kv(tmsgs, "t_done_ns")
-    return {"label": label, "repeat": rep, "messages": int(len(tmsgs)),
-            "tcp_incomplete": int(tmsgs["t_done_ns"].isna().sum()),
-            "data_ports": int(len(data)), "data_bytes_max_error": float(err.max()) if len(err) else None,
-            "data_bytes_zlab": float(z[data].sum()), "data_bytes_tcp": float(t[data].sum()),
-            "kv_p50_s": {"zlab": float(zk.quantile(0.5)), "tcp": float(tk.quantile(0.5))},
-            "kv_p99_s": {"zlab": float(zk.quantile(0.99)), "tcp": float(tk.quantile(0.99))}}
+    return {
+        "label": label,
+        "repeat": rep,
+        "messages": int(len(tmsgs)),
+        "tcp_incomplete": int(tmsgs["t_done_ns"].isna().sum()),
+        "data_ports": int(len(data)),
+        "data_bytes_max_error": float(err.max()) if len(err) else None,
+        "data_bytes_zlab": float(z[data].sum()),
+        "data_bytes_tcp": float(t[data].sum()),
+        "kv_p50_s": {"zlab": float(zk.quantile(0.5)), "tcp": float(tk.quantile(0.5))},
+        "kv_p99_s": {"zlab": float(zk.quantile(0.99)), "tcp": float(tk.quantile(0.99))},
+    }
 
 
 def baseline(root: Path, repeats: int | None = None, log=print) -> dict:
@@ -80,9 +89,13 @@ def baseline(root: Path, repeats: int | None = None, log=print) -> dict:
                 rows.append(compare_repeat(root, exp, label, rep, log=log))
     if not rows:
         raise UserInputError(f"{root}: no repeat with raw records")
-    out = {"repeats": rows, "data_frames_threshold": DATA_FRAMES, "bytes_band": BYTES_BAND,
-           "max_data_bytes_error": float(np.nanmax([r["data_bytes_max_error"] or 0 for r in rows])),
-           "tcp_incomplete": int(sum(r["tcp_incomplete"] for r in rows))}
+    out = {
+        "repeats": rows,
+        "data_frames_threshold": DATA_FRAMES,
+        "bytes_band": BYTES_BAND,
+        "max_data_bytes_error": float(np.nanmax([r["data_bytes_max_error"] or 0 for r in rows])),
+        "tcp_incomplete": int(sum(r["tcp_incomplete"] for r in rows)),
+    }
     out["same_bytes"] = out["max_data_bytes_error"] <= BYTES_BAND
     write_json(root / "referee" / "baseline.json", out)
     return out

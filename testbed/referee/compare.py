@@ -69,8 +69,10 @@ def pair(fd: FabricData, res: Result, xoff_real_bytes: float, emu_valid: bool | 
     # counted from the planned release (the agent's release lateness already taken out of
     # completion_s, as in the report's on-time figure)
     em = em[em["req"].isin(set(ns["req"]))].sort_values(["t_due_ns", "msg_id"]).reset_index(drop=True)
-    missing = [{"msg": int(m.msg), "req": int(m.req), "src_port": m.src_port, "dst_port": m.dst_port}
-               for m in ns[ns["t_complete_ns"].isna()].itertuples()]
+    missing = [
+        {"msg": int(m.msg), "req": int(m.req), "src_port": m.src_port, "dst_port": m.dst_port}
+        for m in ns[ns["t_complete_ns"].isna()].itertuples()
+    ]
     emu_msg = em["completion_s"] * t_per_emu
     ns_msg = (ns["t_complete_ns"] - ns["t_due_ns"]) / 1e9
     emu_done = em.groupby("req")["completion_s"]
@@ -87,8 +89,13 @@ def pair(fd: FabricData, res: Result, xoff_real_bytes: float, emu_valid: bool | 
     lb = fd.link_bytes().set_index("port")
     ports = list(lb.index)
     nb = res.ports.set_index("port").reindex(ports)
-    links = pd.DataFrame({"port": ports, "emu_bytes": lb["measured_bytes"].to_numpy() * b_per_emu,
-                          "ns3_bytes": nb["tx_bytes"].fillna(0).to_numpy(dtype=float)})
+    links = pd.DataFrame(
+        {
+            "port": ports,
+            "emu_bytes": lb["measured_bytes"].to_numpy() * b_per_emu,
+            "ns3_bytes": nb["tx_bytes"].fillna(0).to_numpy(dtype=float),
+        }
+    )
     diff = links["ns3_bytes"] - links["emu_bytes"]
     base = links["emu_bytes"].clip(lower=1)
     links["error"] = np.where(links["emu_bytes"] > 0, diff / base, np.nan)
@@ -99,13 +106,37 @@ def pair(fd: FabricData, res: Result, xoff_real_bytes: float, emu_valid: bool | 
     # message by message (the same message on both sides, not the same rank): how far the emulation
     # is from ns-3's link model, in frames of the sender's line rate
     key = ["req", "shard", "src_port", "dst_port"]
-    both = em.assign(emu_s=emu_msg, src_port=em["src"], dst_port=em["dst"])[key + ["emu_s"]].merge(
-        ns.assign(ns3_s=ns_msg)[key + ["ns3_s"]], on=key).dropna()
+    both = (
+        em.assign(emu_s=emu_msg, src_port=em["src"], dst_port=em["dst"])[key + ["emu_s"]]
+        .merge(ns.assign(ns3_s=ns_msg)[key + ["ns3_s"]], on=key)
+        .dropna()
+    )
     frame_s = frame * 8 / (fd.port_rate_bps(both["src_port"]) / (fd.rate_scale if real else 1.0))
     offsets = pd.Series((both["emu_s"] - both["ns3_s"]).to_numpy() / frame_s, dtype=float)
-    return Pair(fd.label, fd.repeat, sc.scale, emu_kv, ns_kv, emu_msg, ns_msg, ns_kv_adj, ns_msg_adj, links, queues,
-                switch_queue_drops(fd, ports), drops_ns3, res.wall_s, float(res.summary["end_ns"]) / 1e9, frame,
-                emu_valid, len(res.messages) < fd.messages_posted, xoff, list(sc.notes), missing, offsets)
+    return Pair(
+        fd.label,
+        fd.repeat,
+        sc.scale,
+        emu_kv,
+        ns_kv,
+        emu_msg,
+        ns_msg,
+        ns_kv_adj,
+        ns_msg_adj,
+        links,
+        queues,
+        switch_queue_drops(fd, ports),
+        drops_ns3,
+        res.wall_s,
+        float(res.summary["end_ns"]) / 1e9,
+        frame,
+        emu_valid,
+        len(res.messages) < fd.messages_posted,
+        xoff,
+        list(sc.notes),
+        missing,
+        offsets,
+    )
 
 
 def switch_queue_drops(fd: FabricData, ports: list[str]) -> int | None:
@@ -134,8 +165,9 @@ def shaper_term(ns: pd.DataFrame, rate_bps, payload_per_packet: int) -> np.ndarr
     return (last + hops * first + (hops + 1) * ACK_FRAME_BYTES) * 8 / np.asarray(rate_bps, dtype=float)
 
 
-def _queues(fd: FabricData, res: Result, ports: list[str], b_per_emu: float, real: bool,
-            xoff_real_bytes: float) -> tuple[pd.DataFrame, dict]:
+def _queues(
+    fd: FabricData, res: Result, ports: list[str], b_per_emu: float, real: bool, xoff_real_bytes: float
+) -> tuple[pd.DataFrame, dict]:
     qs = fd.queue_samples()
     end_s = (res.messages["t_complete_ns"].max() / 1e9) / (1.0 / fd.dilation if real else 1.0)
     if not qs.empty:
@@ -144,13 +176,21 @@ def _queues(fd: FabricData, res: Result, ports: list[str], b_per_emu: float, rea
     thr = xoff_real_bytes if real else xoff_real_bytes * fd.size_scale
     n_ns = float(res.summary["queue_samples"]) * len(ports)
     ns_s = res.samples[res.samples["port"].isin(ports)]
-    xoff = {"xoff_real_bytes": xoff_real_bytes,
-            "emu_fraction": float((qs["backlog_bytes"] * b_per_emu >= thr).mean()) if not qs.empty else 0.0,
-            "ns3_fraction": float((ns_s["backlog_bytes"] >= thr).sum() / n_ns) if n_ns else 0.0}
-    emu = qs.groupby("port")["backlog_bytes"].agg(emu_max="max", emu_p99=lambda v: float(np.quantile(v, 0.99))) \
-        if not qs.empty else pd.DataFrame(columns=["emu_max", "emu_p99"])
-    ns = res.queue_stats(ports).set_index("port").rename(columns={"max_backlog_bytes": "ns3_max",
-                                                                   "p99_backlog_bytes": "ns3_p99"})
+    xoff = {
+        "xoff_real_bytes": xoff_real_bytes,
+        "emu_fraction": float((qs["backlog_bytes"] * b_per_emu >= thr).mean()) if not qs.empty else 0.0,
+        "ns3_fraction": float((ns_s["backlog_bytes"] >= thr).sum() / n_ns) if n_ns else 0.0,
+    }
+    emu = (
+        qs.groupby("port")["backlog_bytes"].agg(emu_max="max", emu_p99=lambda v: float(np.quantile(v, 0.99)))
+        if not qs.empty
+        else pd.DataFrame(columns=["emu_max", "emu_p99"])
+    )
+    ns = (
+        res.queue_stats(ports)
+        .set_index("port")
+        .rename(columns={"max_backlog_bytes": "ns3_max", "p99_backlog_bytes": "ns3_p99"})
+    )
     out = emu.reindex(ports).fillna(0.0) * b_per_emu
     out = out.join(ns).reset_index().rename(columns={"index": "port"})
     rate = fd.port_rate_bps(ports) / fd.rate_scale if real else fd.port_rate_bps(ports)
@@ -178,8 +218,9 @@ def _interval_gap(emu: float, lo: float, hi: float) -> float:
     return _rel(lo if emu < lo else hi, emu)
 
 
-def summarise(pairs: list[Pair], excluded: list[dict] | None = None, labels: list[str] | None = None,
-              routing: dict | None = None) -> dict:
+def summarise(
+    pairs: list[Pair], excluded: list[dict] | None = None, labels: list[str] | None = None, routing: dict | None = None
+) -> dict:
     """Per fabric: means over repeats with 95 % CIs on both sides and their relative gaps; the p99
     ratio of the first two fabrics (labels: the experiment's order); link and queue agreement; the
     verdicts. excluded: repeats left out (INVALID emulation), named in the summary."""
@@ -191,46 +232,61 @@ def summarise(pairs: list[Pair], excluded: list[dict] | None = None, labels: lis
         f: dict = {"repeats": len(ps)}
         for q, pct in ((0.5, "p50"), (0.99, "p99")):
             f[f"kv_{pct}"] = _quantiles(ps, q, "emu_kv_s", "ns3_kv_s")
-            f[f"kv_{pct}"]["per_repeat_gap"] = [_rel(b, a) for a, b in zip(f[f"kv_{pct}"]["emu_s"]["values"],
-                                                                            f[f"kv_{pct}"]["ns3_s"]["values"])]
+            f[f"kv_{pct}"]["per_repeat_gap"] = [
+                _rel(b, a) for a, b in zip(f[f"kv_{pct}"]["emu_s"]["values"], f[f"kv_{pct}"]["ns3_s"]["values"])
+            ]
             lm = _quantiles(ps, q, "emu_kv_s", "ns3_kv_adj_s")
-            lm["interval_gap"] = _interval_gap(f[f"kv_{pct}"]["emu_s"]["mean"], lm["ns3_s"]["mean"],
-                                               f[f"kv_{pct}"]["ns3_s"]["mean"])
+            lm["interval_gap"] = _interval_gap(
+                f[f"kv_{pct}"]["emu_s"]["mean"], lm["ns3_s"]["mean"], f[f"kv_{pct}"]["ns3_s"]["mean"]
+            )
             f[f"kv_{pct}_link_model"] = lm
             f[f"msg_{pct}"] = _quantiles(ps, q, "emu_msg_s", "ns3_msg_s")
         f["emu_valid"] = [p.emu_valid for p in ps]
         links = pd.concat([p.links for p in ps if not p.subset] or [ps[0].links.iloc[0:0]])
         # ports that carried at least a frame: a few stray control frames (~70 B) are not replay traffic
         carried = links[links["emu_bytes"] > ps[0].frame_bytes]
-        f["links"] = {"compared": int(len(carried)),
-                      "max_error": float(carried["error"].abs().max()) if len(carried) else None,
-                      "stray_emu_bytes": float(links.loc[links["emu_bytes"] <= ps[0].frame_bytes, "emu_bytes"].sum()),
-                      "max_error_beyond_frame": float(carried["error_beyond_frame"].max()) if len(carried) else None,
-                      "total_emu_bytes": float(links["emu_bytes"].sum()),
-                      "total_ns3_bytes": float(links["ns3_bytes"].sum()),
-                      "ns3_only_bytes": float(links.loc[links["emu_bytes"] == 0, "ns3_bytes"].sum())}
+        f["links"] = {
+            "compared": int(len(carried)),
+            "max_error": float(carried["error"].abs().max()) if len(carried) else None,
+            "stray_emu_bytes": float(links.loc[links["emu_bytes"] <= ps[0].frame_bytes, "emu_bytes"].sum()),
+            "max_error_beyond_frame": float(carried["error_beyond_frame"].max()) if len(carried) else None,
+            "total_emu_bytes": float(links["emu_bytes"].sum()),
+            "total_ns3_bytes": float(links["ns3_bytes"].sum()),
+            "ns3_only_bytes": float(links.loc[links["emu_bytes"] == 0, "ns3_bytes"].sum()),
+        }
         qs = pd.concat([p.queues for p in ps])
         busy = qs[(qs["emu_max"] > 0) | (qs["ns3_max"] > 0)]
-        f["queues"] = {"ports_with_backlog": int(len(busy)),
-                       "emu_max_bytes": float(qs["emu_max"].max()), "ns3_max_bytes": float(qs["ns3_max"].max()),
-                       "emu_p99_bytes_max": float(qs["emu_p99"].max()), "ns3_p99_bytes_max": float(qs["ns3_p99"].max()),
-                       "emu_max_delay_real_s": float(qs["emu_max_delay_real_s"].max()),
-                       "ns3_max_delay_real_s": float(qs["ns3_max_delay_real_s"].max()),
-                       # symmetric (|a - b| / max(a, b)): a port one side never queued on counts as 100 %
-                       "max_gap_median": float(np.median([abs(n - e) / max(n, e) for e, n in
-                                                          zip(busy["emu_max"], busy["ns3_max"])])) if len(busy) else 0.0}
-        f["xoff"] = {"xoff_real_bytes": ps[0].xoff["xoff_real_bytes"],
-                     "emu_fraction": float(np.mean([p.xoff["emu_fraction"] for p in ps])),
-                     "ns3_fraction": float(np.mean([p.xoff["ns3_fraction"] for p in ps]))}
+        f["queues"] = {
+            "ports_with_backlog": int(len(busy)),
+            "emu_max_bytes": float(qs["emu_max"].max()),
+            "ns3_max_bytes": float(qs["ns3_max"].max()),
+            "emu_p99_bytes_max": float(qs["emu_p99"].max()),
+            "ns3_p99_bytes_max": float(qs["ns3_p99"].max()),
+            "emu_max_delay_real_s": float(qs["emu_max_delay_real_s"].max()),
+            "ns3_max_delay_real_s": float(qs["ns3_max_delay_real_s"].max()),
+            # symmetric (|a - b| / max(a, b)): a port one side never queued on counts as 100 %
+            "max_gap_median": float(
+                np.median([abs(n - e) / max(n, e) for e, n in zip(busy["emu_max"], busy["ns3_max"])])
+            )
+            if len(busy)
+            else 0.0,
+        }
+        f["xoff"] = {
+            "xoff_real_bytes": ps[0].xoff["xoff_real_bytes"],
+            "emu_fraction": float(np.mean([p.xoff["emu_fraction"] for p in ps])),
+            "ns3_fraction": float(np.mean([p.xoff["ns3_fraction"] for p in ps])),
+        }
         emu_drops = [p.drops_emu for p in ps]
         f["drops"] = {"emu": None if None in emu_drops else sum(emu_drops), "ns3": sum(p.drops_ns3 for p in ps)}
         f["incomplete"] = [{"repeat": p.repeat, **m} for p in ps for m in p.missing]
         off = pd.concat([p.msg_offset_frames for p in ps])
-        f["msg_offset_frames"] = {"median": float(off.median()) if len(off) else None,
-                                  "p5": float(off.quantile(0.05)) if len(off) else None,
-                                  "p95": float(off.quantile(0.95)) if len(off) else None,
-                                  "within_one_frame": float((off.abs() <= 1).mean()) if len(off) else None,
-                                  "messages": int(len(off))}
+        f["msg_offset_frames"] = {
+            "median": float(off.median()) if len(off) else None,
+            "p5": float(off.quantile(0.05)) if len(off) else None,
+            "p95": float(off.quantile(0.95)) if len(off) else None,
+            "within_one_frame": float((off.abs() <= 1).mean()) if len(off) else None,
+            "messages": int(len(off)),
+        }
         f["ns3_wall_s"] = [p.ns3_wall_s for p in ps]
         f["ns3_simulated_s"] = [p.ns3_end_s for p in ps]
         out["fabrics"][label] = f
@@ -241,8 +297,14 @@ def summarise(pairs: list[Pair], excluded: list[dict] | None = None, labels: lis
         ns3_ratio = fa["kv_p99"]["ns3_s"]["mean"] / fb["kv_p99"]["ns3_s"]["mean"]
         out["kv_p99_ratio"] = {"a": a, "b": b, "emu": emu_ratio, "ns3": ns3_ratio, "gap": _rel(ns3_ratio, emu_ratio)}
         adj = fa["kv_p99_link_model"]["ns3_s"]["mean"] / fb["kv_p99_link_model"]["ns3_s"]["mean"]
-        out["kv_p99_ratio_link_model"] = {"a": a, "b": b, "emu": emu_ratio, "ns3": adj, "gap": _rel(adj, emu_ratio),
-                                          "interval_gap": _interval_gap(emu_ratio, adj, ns3_ratio)}
+        out["kv_p99_ratio_link_model"] = {
+            "a": a,
+            "b": b,
+            "emu": emu_ratio,
+            "ns3": adj,
+            "gap": _rel(adj, emu_ratio),
+            "interval_gap": _interval_gap(emu_ratio, adj, ns3_ratio),
+        }
     out["verdict"] = _verdict(out)
     out["verdict_link_model"] = _verdict(out, "_link_model")
     return out

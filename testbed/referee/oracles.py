@@ -58,7 +58,7 @@ def md1_wait_cdf(t: float, rho: float, service: float) -> float:
     total = 0.0
     for k in range(int(math.floor(t / service)) + 1):
         x = lam * (k * service - t)  # <= 0
-        total += x ** k / math.factorial(k) * math.exp(-x)
+        total += x**k / math.factorial(k) * math.exp(-x)
     return (1 - rho) * total
 
 
@@ -83,10 +83,17 @@ def _links(bucket: bool) -> list[str]:
 
 def _two_nics(messages: list[tuple[int, int]], no_pacing: bool, bucket: bool = False) -> str:
     """GPU g0 cabled straight to g1; one QP; messages (t_due_ns, size_bytes)."""
-    lines = ["# zlab referee oracle: one NIC, one cable", f"param debug_no_pacing {int(no_pacing)}", *_links(bucket),
-             "node 0 g0 gpu", "node 1 g1 gpu",
-             f"port 0 0 0 g0-p0 1 {RATE_BPS} {NIC_RING_PKTS}", f"port 1 1 0 g1-p0 2 {RATE_BPS} {NIC_RING_PKTS}",
-             "link 0 1", "qp 0 0 1 50000"]
+    lines = [
+        "# zlab referee oracle: one NIC, one cable",
+        f"param debug_no_pacing {int(no_pacing)}",
+        *_links(bucket),
+        "node 0 g0 gpu",
+        "node 1 g1 gpu",
+        f"port 0 0 0 g0-p0 1 {RATE_BPS} {NIC_RING_PKTS}",
+        f"port 1 1 0 g1-p0 2 {RATE_BPS} {NIC_RING_PKTS}",
+        "link 0 1",
+        "qp 0 0 1 50000",
+    ]
     lines += [f"msg {i} 0 {t} {size}" for i, (t, size) in enumerate(messages)]
     return "\n".join(lines) + "\n"
 
@@ -129,21 +136,39 @@ def lindley_us(due_us: np.ndarray, service_us: float) -> np.ndarray:
     return w
 
 
-def dd1(no_pacing: bool = False, frames: int = 32, rho: float = 0.9, n: int = 200, log=print,
-        bucket: bool = False) -> dict:
+def dd1(
+    no_pacing: bool = False, frames: int = 32, rho: float = 0.9, n: int = 200, log=print, bucket: bool = False
+) -> dict:
     size = frames * PAYLOAD
     service_us = wire_bytes(size) * 8e6 / RATE_BPS
     period_ns = int(round(service_us / rho * 1e3))
     msgs, ports, code = _run(_two_nics([(i * period_ns, size) for i in range(n)], no_pacing, bucket), log)
     w = _waits_us(msgs, bucket)
     worst = float(np.max(np.abs(w)))
-    return {"oracle": "D/D/1", "link_model": "bucket" if bucket else "serialiser", "rho": rho, "service_us": service_us, "messages": n, "expected_wait_us": 0.0,
-            "max_abs_wait_us": worst, "nic_drops": int(ports["drops"].sum()), "complete": code == 0,
-            "tolerance_us": TOL["dd1_max_wait_us"], "ok": bool(code == 0 and worst <= TOL["dd1_max_wait_us"])}
+    return {
+        "oracle": "D/D/1",
+        "link_model": "bucket" if bucket else "serialiser",
+        "rho": rho,
+        "service_us": service_us,
+        "messages": n,
+        "expected_wait_us": 0.0,
+        "max_abs_wait_us": worst,
+        "nic_drops": int(ports["drops"].sum()),
+        "complete": code == 0,
+        "tolerance_us": TOL["dd1_max_wait_us"],
+        "ok": bool(code == 0 and worst <= TOL["dd1_max_wait_us"]),
+    }
 
 
-def md1(no_pacing: bool = False, frames: int = 4, rho: float = 0.5, n: int = 50000, seed: int = 1,
-        log=print, bucket: bool = False) -> dict:
+def md1(
+    no_pacing: bool = False,
+    frames: int = 4,
+    rho: float = 0.5,
+    n: int = 50000,
+    seed: int = 1,
+    log=print,
+    bucket: bool = False,
+) -> dict:
     size = frames * PAYLOAD
     service_us = wire_bytes(size) * 8e6 / RATE_BPS
     gaps_us = np.random.default_rng(seed).exponential(service_us / rho, n)
@@ -155,21 +180,38 @@ def md1(no_pacing: bool = False, frames: int = 4, rho: float = 0.5, n: int = 500
     p99 = md1_wait_quantile(0.99, rho, service_us)
     got_mean, got_p99 = float(np.mean(w)), float(np.quantile(w, 0.99))
     gm, gp = abs(got_mean / mean_pk - 1), abs(got_p99 / p99 - 1)
-    return {"oracle": "M/D/1", "link_model": "bucket" if bucket else "serialiser", "rho": rho, "service_us": service_us, "messages": n, "seed": seed,
-            "mean_wait_us": got_mean, "pollaczek_khinchine_us": mean_pk, "mean_gap": gm,
-            "p99_wait_us": got_p99, "exact_p99_us": p99, "p99_gap": gp, "max_off_lindley_us": lindley,
-            "nic_drops": int(ports["drops"].sum()), "complete": code == 0,
-            "tolerance": {"mean": TOL["md1_mean"], "p99": TOL["md1_p99"], "lindley_us": LINDLEY_US},
-            "ok": bool(code == 0 and gm <= TOL["md1_mean"] and gp <= TOL["md1_p99"] and lindley <= LINDLEY_US)}
+    return {
+        "oracle": "M/D/1",
+        "link_model": "bucket" if bucket else "serialiser",
+        "rho": rho,
+        "service_us": service_us,
+        "messages": n,
+        "seed": seed,
+        "mean_wait_us": got_mean,
+        "pollaczek_khinchine_us": mean_pk,
+        "mean_gap": gm,
+        "p99_wait_us": got_p99,
+        "exact_p99_us": p99,
+        "p99_gap": gp,
+        "max_off_lindley_us": lindley,
+        "nic_drops": int(ports["drops"].sum()),
+        "complete": code == 0,
+        "tolerance": {"mean": TOL["md1_mean"], "p99": TOL["md1_p99"], "lindley_us": LINDLEY_US},
+        "ok": bool(code == 0 and gm <= TOL["md1_mean"] and gp <= TOL["md1_p99"] and lindley <= LINDLEY_US),
+    }
 
 
-def fair_share(no_pacing: bool = False, sizes_frames: tuple = (200, 400, 600, 800), log=print,
-               bucket: bool = False) -> dict:
+def fair_share(
+    no_pacing: bool = False, sizes_frames: tuple = (200, 400, 600, 800), log=print, bucket: bool = False
+) -> dict:
     """N senders g0..g(N-1) on switch s0, all to g(N); each sends one long message at t = 0."""
     n = len(sizes_frames)
     sw, dst = n + 1, n
-    lines = ["# zlab referee oracle: N long flows, one bottleneck", f"param debug_no_pacing {int(no_pacing)}",
-             *_links(bucket)]
+    lines = [
+        "# zlab referee oracle: N long flows, one bottleneck",
+        f"param debug_no_pacing {int(no_pacing)}",
+        *_links(bucket),
+    ]
     lines += [f"node {g} g{g} gpu" for g in range(n + 1)] + [f"node {sw} s0 switch"]
     lines += [f"port {g} {g} 0 g{g}-p0 {g + 1} {RATE_BPS} {NIC_RING_PKTS}" for g in range(n + 1)]
     lines += [f"port {n + 1 + g} {sw} {g + 1} s0-p{g + 1} 0 {RATE_BPS} {SWITCH_QUEUE_PKTS}" for g in range(n + 1)]
@@ -190,10 +232,19 @@ def fair_share(no_pacing: bool = False, sizes_frames: tuple = (200, 400, 600, 80
     first_hop_us = (PAYLOAD + OVERHEAD + RETH) * 8e6 / RATE_BPS
     got = np.where(msgs["t_last_rx_ns"] >= 0, msgs["t_last_rx_ns"] / 1e3 - first_hop_us, np.inf)
     gaps = np.abs(got / expect - 1)
-    return {"oracle": "fair share", "link_model": "bucket" if bucket else "serialiser", "flows": n, "sizes_frames": list(sizes_frames),
-            "completion_us": [float(x) for x in got], "processor_sharing_us": [float(x) for x in expect],
-            "max_gap": float(gaps.max()), "nic_drops": int(ports["drops"].sum()), "complete": code == 0,
-            "tolerance": TOL["fair_share"], "ok": bool(code == 0 and gaps.max() <= TOL["fair_share"])}
+    return {
+        "oracle": "fair share",
+        "link_model": "bucket" if bucket else "serialiser",
+        "flows": n,
+        "sizes_frames": list(sizes_frames),
+        "completion_us": [float(x) for x in got],
+        "processor_sharing_us": [float(x) for x in expect],
+        "max_gap": float(gaps.max()),
+        "nic_drops": int(ports["drops"].sum()),
+        "complete": code == 0,
+        "tolerance": TOL["fair_share"],
+        "ok": bool(code == 0 and gaps.max() <= TOL["fair_share"]),
+    }
 
 
 def run_all(no_pacing: bool = False, log=print) -> dict:

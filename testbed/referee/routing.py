@@ -64,9 +64,15 @@ class Graph:
         peer = {}
         for lk in links:
             peer[lk["a"]], peer[lk["b"]] = lk["b"], lk["a"]
-        g = cls({n["id"]: n["name"] for n in nodes}, {n["id"]: n["role"] == "switch" for n in nodes},
-                {p["id"]: p["node"] for p in ports}, {p["id"]: p["number"] for p in ports},
-                {p["id"]: p["name"] for p in ports}, {p["id"]: _ip(p.get("ip")) for p in ports}, peer)
+        g = cls(
+            {n["id"]: n["name"] for n in nodes},
+            {n["id"]: n["role"] == "switch" for n in nodes},
+            {p["id"]: p["node"] for p in ports},
+            {p["id"]: p["number"] for p in ports},
+            {p["id"]: p["name"] for p in ports},
+            {p["id"]: _ip(p.get("ip")) for p in ports},
+            peer,
+        )
         g.by_number = {(p["node"], p["number"]): p["id"] for p in ports}
         return g
 
@@ -181,19 +187,38 @@ class Report:
 
     @property
     def ok(self) -> bool:
-        return not (self.misdelivered or self.not_shortest or self.not_the_unique_path or self.share_failures
-                    or self.starved or self.routed == 0 or (self.required and self.unrouted))
+        return not (
+            self.misdelivered
+            or self.not_shortest
+            or self.not_the_unique_path
+            or self.share_failures
+            or self.starved
+            or self.routed == 0
+            or (self.required and self.unrouted)
+        )
 
     def as_dict(self) -> dict:
         short = lambda v: v[:5]  # noqa: E731
-        return {"ok": self.ok, "pairs": self.pairs, "routed": self.routed, "unrouted": len(self.unrouted),
-                "misdelivered": short(self.misdelivered), "not_shortest": short(self.not_shortest),
-                "not_the_unique_path": short(self.not_the_unique_path), "unique_pairs": self.unique_pairs,
-                "switch_checks": self.switch_checks, "max_share_deviation": self.max_share_deviation,
-                "share_tolerance": SHARE_TOLERANCE, "worst_switch": self.worst_switch,
-                "share_failures": self.share_failures, "ecmp_checks": self.ecmp_checks,
-                "min_member_share": self.min_member_share, "starve_floor": STARVE_FLOOR,
-                "most_starved": self.most_starved, "starved": self.starved}
+        return {
+            "ok": self.ok,
+            "pairs": self.pairs,
+            "routed": self.routed,
+            "unrouted": len(self.unrouted),
+            "misdelivered": short(self.misdelivered),
+            "not_shortest": short(self.not_shortest),
+            "not_the_unique_path": short(self.not_the_unique_path),
+            "unique_pairs": self.unique_pairs,
+            "switch_checks": self.switch_checks,
+            "max_share_deviation": self.max_share_deviation,
+            "share_tolerance": SHARE_TOLERANCE,
+            "worst_switch": self.worst_switch,
+            "share_failures": self.share_failures,
+            "ecmp_checks": self.ecmp_checks,
+            "min_member_share": self.min_member_share,
+            "starve_floor": STARVE_FLOOR,
+            "most_starved": self.most_starved,
+            "starved": self.starved,
+        }
 
 
 def check(fabric_json: Path, flows_json: Path, pairs: list[tuple[str, str]] | None = None) -> Report:
@@ -205,8 +230,11 @@ def check(fabric_json: Path, flows_json: Path, pairs: list[tuple[str, str]] | No
     tables = {node_of[sw]: Table(doc["entries"]) for sw, doc in flows["switches"].items()}
     nics = g.nic_ports()
     by_name = {g.port_name[p]: p for p in nics}
-    todo = [(by_name[a], by_name[b]) for a, b in pairs] if pairs is not None else \
-        [(a, b) for a in nics for b in nics if g.port_node[a] != g.port_node[b]]
+    todo = (
+        [(by_name[a], by_name[b]) for a, b in pairs]
+        if pairs is not None
+        else [(a, b) for a in nics for b in nics if g.port_node[a] != g.port_node[b]]
+    )
     rep = Report(required=pairs is not None)
     agg: dict[tuple[int, int], np.ndarray] = {}  # (switch, destination) -> source ports per member, all sources
     for src, dst in todo:
@@ -266,8 +294,9 @@ def _walk(g: Graph, tables: dict, src: int, dst: int, rep: Report, agg: dict) ->
     return paths
 
 
-def _account_ecmp(g: Graph, rep: Report, agg: dict, name: tuple, node: int, dst_ip: int, counts: np.ndarray,
-                  arrivals: int) -> None:
+def _account_ecmp(
+    g: Graph, rep: Report, agg: dict, name: tuple, node: int, dst_ip: int, counts: np.ndarray, arrivals: int
+) -> None:
     """One switch's split of one pair's arriving source ports over its ECMP group: summed per
     (switch, destination) for the share check, and judged per arrival when there are enough."""
     key = (node, dst_ip)
@@ -306,8 +335,10 @@ def _judge_switch_shares(g: Graph, rep: Report, agg: dict) -> None:
         dev = float(np.max(np.abs(counts / counts.sum() - 1 / len(counts))) * len(counts))
         rep.switch_checks += 1
         if dev > rep.max_share_deviation:
-            rep.max_share_deviation, rep.worst_switch = dev, (g.node_name[node], [round(float(c / counts.sum()), 3)
-                                                                                  for c in counts])
+            rep.max_share_deviation, rep.worst_switch = (
+                dev,
+                (g.node_name[node], [round(float(c / counts.sum()), 3) for c in counts]),
+            )
         rep.share_failures += dev > SHARE_TOLERANCE
 
 
@@ -322,6 +353,7 @@ def scheduled_pairs(fdir: Path) -> list[tuple[str, str]]:
 def check_run(root: Path) -> dict:
     """The oracle on every fabric folder of a run (or of a folder holding fabric.json itself)."""
     root = Path(root)
-    dirs = [root] if (root / "fabric.json").exists() else sorted(d for d in root.iterdir()
-                                                                  if (d / "fabric.json").exists())
+    dirs = (
+        [root] if (root / "fabric.json").exists() else sorted(d for d in root.iterdir() if (d / "fabric.json").exists())
+    )
     return {d.name: check(d / "fabric.json", d / "flows.json").as_dict() for d in dirs if (d / "flows.json").exists()}

@@ -35,10 +35,18 @@ SCALES = ("same", "real")
 #   term, compare.shaper_term).
 LINK_MODELS = ("bucket", "serialiser")
 # the agent's transport rules (traffic/rc.py, traffic/agent.py), stated again for the referee
-TRANSPORT = {"window_pkts": 64, "ackreq_every": 16, "ack_coalesce": 16, "rto_floor_ns": 200_000_000,
-             "rto_max_ns": 2_000_000_000}
-FRAME = {"frame_overhead_bytes": roce.MIN_FRAME, "reth_bytes": roce.RETH_LEN,
-         "ack_frame_bytes": roce.MIN_FRAME + roce.AETH_LEN}
+TRANSPORT = {
+    "window_pkts": 64,
+    "ackreq_every": 16,
+    "ack_coalesce": 16,
+    "rto_floor_ns": 200_000_000,
+    "rto_max_ns": 2_000_000_000,
+}
+FRAME = {
+    "frame_overhead_bytes": roce.MIN_FRAME,
+    "reth_bytes": roce.RETH_LEN,
+    "ack_frame_bytes": roce.MIN_FRAME + roce.AETH_LEN,
+}
 
 
 @dataclass
@@ -65,13 +73,16 @@ def schedule(fdir: Path, repeat: int) -> tuple[pd.DataFrame, str]:
     clock = read_json(raw / "run_clock.json")
     rows = read_jsonl(raw / "transfers.jsonl")
     if len(rows) != clock["messages"]:
-        raise UserInputError(f"{raw}: no schedule.json, and transfers.jsonl holds {len(rows)} of "
-                             f"{clock['messages']} posted messages: the schedule cannot be recovered")
+        raise UserInputError(
+            f"{raw}: no schedule.json, and transfers.jsonl holds {len(rows)} of "
+            f"{clock['messages']} posted messages: the schedule cannot be recovered"
+        )
     df = pd.DataFrame(rows).sort_values(["t_due_ns", "msg_id"])
     df = df.rename(columns={"src": "src_port", "dst": "dst_port"})
     df["t_due_ns"] = df["t_due_ns"] - clock["t0_ns"]
-    return df[["src_port", "dst_port", "sport", "size_bytes", "real_bytes", "t_due_ns", "req", "shard"]] \
-        .reset_index(drop=True), "transfers.jsonl (every message completed)"
+    return df[["src_port", "dst_port", "sport", "size_bytes", "real_bytes", "t_due_ns", "req", "shard"]].reset_index(
+        drop=True
+    ), "transfers.jsonl (every message completed)"
 
 
 def first_requests(msgs: pd.DataFrame, n: int | None) -> list:
@@ -81,9 +92,17 @@ def first_requests(msgs: pd.DataFrame, n: int | None) -> list:
     return ids if n is None else ids[:n]
 
 
-def build(fdir: Path, experiment: dict, repeat: int, scale: str, requests: int | None = None,
-          hop_delay_ns: int = 0, deadline_s: float | None = None, what_if: dict | None = None,
-          link_model: str | None = None) -> Scenario:
+def build(
+    fdir: Path,
+    experiment: dict,
+    repeat: int,
+    scale: str,
+    requests: int | None = None,
+    hop_delay_ns: int = 0,
+    deadline_s: float | None = None,
+    what_if: dict | None = None,
+    link_model: str | None = None,
+) -> Scenario:
     """The scenario of one fabric's repeat (experiment: the run's experiment.json). requests:
     keep only the first N requests (at real scale the packet count grows by 1/size scale).
     what_if: transport or packet parameters replaced on purpose (window_pkts, payload_per_packet),
@@ -103,8 +122,10 @@ def build(fdir: Path, experiment: dict, repeat: int, scale: str, requests: int |
             raise UserInputError(f"requests must be >= 1 (got {requests})")
         keep = first_requests(msgs, requests)
         msgs = msgs[msgs["req"].isin(keep)].reset_index(drop=True)
-        notes.append(f"first {len(keep)} request(s) by id only (the emulation's figures for them still carry "
-                     f"the later requests' cross-traffic)")
+        notes.append(
+            f"first {len(keep)} request(s) by id only (the emulation's figures for them still carry "
+            f"the later requests' cross-traffic)"
+        )
     real = scale == "real"
     link_model = link_model or ("serialiser" if real else "bucket")
     if link_model not in LINK_MODELS:
@@ -121,9 +142,13 @@ def build(fdir: Path, experiment: dict, repeat: int, scale: str, requests: int |
         return int(math.ceil(pkts / sc["size_scale"])) if real else int(pkts)
 
     lines = ["# zlab referee scenario", f"# fabric {fab.spec}", f"# repeat {repeat}, scale {scale}"]
-    params = {"payload_per_packet": roce.payload_per_packet(spec["deployment"]["path_mtu"]), **FRAME, **TRANSPORT,
-              "hop_delay_ns": int(hop_delay_ns),
-              "sample_period_ns": int(spec["measurement"]["queue_sample_ms"] * 1e6 * t_factor)}
+    params = {
+        "payload_per_packet": roce.payload_per_packet(spec["deployment"]["path_mtu"]),
+        **FRAME,
+        **TRANSPORT,
+        "hop_delay_ns": int(hop_delay_ns),
+        "sample_period_ns": int(spec["measurement"]["queue_sample_ms"] * 1e6 * t_factor),
+    }
     if deadline_s is not None:
         params["deadline_ns"] = int(deadline_s * 1e9)
     if link_model == "bucket":
@@ -148,8 +173,10 @@ def build(fdir: Path, experiment: dict, repeat: int, scale: str, requests: int |
         node = fab.node_by_name[sw].id
         for e in doc["entries"]:
             uval, umask = e["udp_src"] if e["udp_src"] is not None else (0, 0)
-            lines.append(f"entry {node} {e['priority']} {ids.ip_to_int(e['ipv4_dst'])} "
-                         f"{ids.ip_to_int(e['ipv4_mask'])} {uval} {umask} {e['out_port']}")
+            lines.append(
+                f"entry {node} {e['priority']} {ids.ip_to_int(e['ipv4_dst'])} "
+                f"{ids.ip_to_int(e['ipv4_mask'])} {uval} {umask} {e['out_port']}"
+            )
     port_id = {p.name: p.id for p in fab.ports}
     qp_of: dict[tuple, int] = {}
     for m in msgs.itertuples():
@@ -161,5 +188,15 @@ def build(fdir: Path, experiment: dict, repeat: int, scale: str, requests: int |
     msgs["t_due_ns"] = (msgs["t_due_ns"] * t_factor).round().astype("int64")
     msgs["size_bytes"] = msgs[size_col].astype("int64")
     lines += [f"msg {m.msg} {m.qp} {m.t_due_ns} {m.size_bytes}" for m in msgs.itertuples()]
-    return Scenario(fdir.name, repeat, scale, "\n".join(lines) + "\n", msgs, t_factor,
-                    1.0 / sc["size_scale"] if real else 1.0, params["payload_per_packet"], notes, link_model)
+    return Scenario(
+        fdir.name,
+        repeat,
+        scale,
+        "\n".join(lines) + "\n",
+        msgs,
+        t_factor,
+        1.0 / sc["size_scale"] if real else 1.0,
+        params["payload_per_packet"],
+        notes,
+        link_model,
+    )

@@ -34,7 +34,9 @@ class Result:
         for p in ports:
             v = by_port.get(p, pd.Series([], dtype=float)).to_numpy(dtype=float)
             full = np.concatenate([v, np.zeros(max(0, n - v.size))])
-            rows.append((p, float(full.max()) if full.size else 0.0, float(np.quantile(full, 0.99)) if full.size else 0.0))
+            rows.append(
+                (p, float(full.max()) if full.size else 0.0, float(np.quantile(full, 0.99)) if full.size else 0.0)
+            )
         return pd.DataFrame(rows, columns=["port", "max_backlog_bytes", "p99_backlog_bytes"])
 
 
@@ -45,15 +47,18 @@ def run(sc: Scenario, out_dir: Path, log=print, timeout_s: float = 3600) -> Resu
     (out_dir / "scenario.txt").write_text(sc.text)
     t = time.monotonic()
     try:
-        res = subprocess.run([str(exe), str(out_dir / "scenario.txt"), str(out_dir)], capture_output=True,
-                             text=True, timeout=timeout_s)
+        res = subprocess.run(
+            [str(exe), str(out_dir / "scenario.txt"), str(out_dir)], capture_output=True, text=True, timeout=timeout_s
+        )
     except subprocess.TimeoutExpired as exc:
         raise RuntimeFailure(f"ns-3 referee did not finish {sc.label} rep {sc.repeat} in {timeout_s:.0f} s") from exc
     wall = time.monotonic() - t
     (out_dir / "referee.log").write_text(res.stdout + res.stderr)
     if res.returncode not in (0, 3):  # 3: ran, but some messages did not complete by the deadline
-        raise RuntimeFailure(f"ns-3 referee failed on {sc.label} rep {sc.repeat} (exit {res.returncode}): "
-                             f"{(res.stderr or res.stdout).strip()[-400:]}")
+        raise RuntimeFailure(
+            f"ns-3 referee failed on {sc.label} rep {sc.repeat} (exit {res.returncode}): "
+            f"{(res.stderr or res.stdout).strip()[-400:]}"
+        )
     done = pd.read_csv(out_dir / "messages.csv")
     msgs = sc.messages.merge(done.drop(columns=["qp", "size_bytes", "t_due_ns"]), on="msg", how="left")
     for col in ("t_first_tx_ns", "t_first_rx_ns", "t_last_rx_ns", "t_complete_ns"):
@@ -65,5 +70,6 @@ def run(sc: Scenario, out_dir: Path, log=print, timeout_s: float = 3600) -> Resu
             summary[k] = float(v)
         except ValueError:
             summary[k] = v
-    return Result(sc, msgs, pd.read_csv(out_dir / "ports.csv"), pd.read_csv(out_dir / "queue_samples.csv"),
-                  summary, wall)
+    return Result(
+        sc, msgs, pd.read_csv(out_dir / "ports.csv"), pd.read_csv(out_dir / "queue_samples.csv"), summary, wall
+    )

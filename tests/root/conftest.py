@@ -53,5 +53,7 @@ def void_only_for_the_machine(repeat: dict) -> bool:
     if not reasons:
         return True
     cpu = repeat["cpu_fraction"]
-    return (all(any(k in r for k in MACHINE_BOUND) for r in reasons)  # "9.9 % of queue sample periods missed"
-            and (cpu["machine"]["max"] > 0.9 or cpu.get("steal", {}).get("max", 0) > 0.1))
+    return (
+        all(any(k in r for k in MACHINE_BOUND) for r in reasons)  # "9.9 % of queue sample periods missed"
+        and (cpu["machine"]["max"] > 0.9 or cpu.get("steal", {}).get("max", 0) > 0.1)
+    )

@@ -22,8 +22,9 @@ from .conftest import REPO, bridges, void_only_for_the_machine
 
 def run(tmp_path_factory, name, overrides):
     exp = resolve(especs.load(None, overrides))
-    root, status = run_experiment(exp, results_dir=str(tmp_path_factory.mktemp(name)), log=lambda *_: None,
-                                  show_progress=False)
+    root, status = run_experiment(
+        exp, results_dir=str(tmp_path_factory.mktemp(name)), log=lambda *_: None, show_progress=False
+    )
     assert status == "complete"
     return root, json.loads((root / "metrics.json").read_text())
 
@@ -38,14 +39,26 @@ def per_repeat(metrics, label, key):
 
 @pytest.fixture(scope="module")
 def rank_shifted(tmp_path_factory):
-    return run(tmp_path_factory, "rs", ["workload.requests=80", "workload.offered_load=0.5", "repeats=3",
-                                        "deployment.mapping=rank-shifted", "referee.scales=[same]"])
+    return run(
+        tmp_path_factory,
+        "rs",
+        [
+            "workload.requests=80",
+            "workload.offered_load=0.5",
+            "repeats=3",
+            "deployment.mapping=rank-shifted",
+            "referee.scales=[same]",
+        ],
+    )
 
 
 @pytest.fixture(scope="module")
 def incast(tmp_path_factory):
-    return run(tmp_path_factory, "inc", ["workload.requests=60", "workload.offered_load=0.1", "repeats=3",
-                                         "deployment.mapping=incast"])
+    return run(
+        tmp_path_factory,
+        "inc",
+        ["workload.requests=60", "workload.offered_load=0.1", "repeats=3", "deployment.mapping=incast"],
+    )
 
 
 def test_flow_model_predicts_the_direction():
@@ -123,8 +136,15 @@ def test_report_files_read_back(rank_shifted):
     assert f"{1e3 * p99['mean']:.2f} ± {1e3 * p99['ci95']:.2f}" in text
     assert "| KV-transfer completion p99 (real ms) |" in text and "## TTFT, decomposed" in text
     assert "Published reference numbers" in text and "-40.6 %" in text and "Fidelity: " in text
-    for png in ("queue_over_time", "max_queue_heatmap", "kv_completion_cdf", "ttft_cdf", "link_util_heatmap",
-                "nic_kv_bytes", "link_bytes_model_vs_measured"):
+    for png in (
+        "queue_over_time",
+        "max_queue_heatmap",
+        "kv_completion_cdf",
+        "ttft_cdf",
+        "link_util_heatmap",
+        "nic_kv_bytes",
+        "link_bytes_model_vs_measured",
+    ):
         data = (root / "plots" / f"{png}.png").read_bytes()
         assert data[:4] == b"\x89PNG" and len(data) > 5000
     rep0 = m["fabrics"]["roft"]["repeats"][0]["kv_transfer_real_s"]["p99"]
@@ -140,9 +160,23 @@ def test_report_files_read_back(rank_shifted):
 
 
 def test_interrupted_run_keeps_data_and_says_so(tmp_path):
-    p = subprocess.Popen([sys.executable, "-m", "testbed.cli", "run", "--set", "workload.requests=200",
-                          "--results", str(tmp_path), "--no-progress"], cwd=REPO, stdout=subprocess.PIPE,
-                         stderr=subprocess.STDOUT, text=True)
+    p = subprocess.Popen(
+        [
+            sys.executable,
+            "-m",
+            "testbed.cli",
+            "run",
+            "--set",
+            "workload.requests=200",
+            "--results",
+            str(tmp_path),
+            "--no-progress",
+        ],
+        cwd=REPO,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
+        text=True,
+    )
     for line in p.stdout:
         if "calibration" in line:  # the first fabric is about to replay
             break
@@ -160,9 +194,19 @@ def test_interrupted_run_keeps_data_and_says_so(tmp_path):
 def test_loss_outside_the_queues_is_found_and_named(tmp_path):
     """Agent sockets too small for one frame at fast links: frames die in the receiving socket,
     go-back-N repairs them, and the run is INVALID naming where they died."""
-    exp = resolve(especs.load(None, ["workload.requests=20", "repeats=1", "emulation.rate_scale=1e-4",
-                                     "emulation.agent_socket_buffer_bytes=2304", "measurement.calibrate=false",
-                                     "fabrics={roft: 'roft:gpus=16,gpus_per_server=4,segments=2'}"]))
+    exp = resolve(
+        especs.load(
+            None,
+            [
+                "workload.requests=20",
+                "repeats=1",
+                "emulation.rate_scale=1e-4",
+                "emulation.agent_socket_buffer_bytes=2304",
+                "measurement.calibrate=false",
+                "fabrics={roft: 'roft:gpus=16,gpus_per_server=4,segments=2'}",
+            ],
+        )
+    )
     root, status = run_experiment(exp, results_dir=str(tmp_path), log=lambda *_: None, show_progress=False)
     m = json.loads((root / "metrics.json").read_text())["fabrics"]["roft"]
     rep = m["repeats"][0]

@@ -8,8 +8,8 @@ import time
 
 from testbed.emulation import probes
 from testbed.emulation.config import EmulationConfig
-from testbed.fabric import build_fabric
 from testbed.emulation.up import LiveFabric
+from testbed.fabric import build_fabric
 
 from .conftest import REPO, bridges, links, sh, zlab
 
@@ -18,8 +18,9 @@ ROFT = "roft:gpus=16,gpus_per_server=4,segments=2"
 
 
 def test_cabling_check_finds_a_swapped_cable(tmp_path):
-    with LiveFabric(ZCUBE, EmulationConfig(), results_dir=str(tmp_path), miswire="za0-p5,za1-p6",
-                    log=lambda *_: None) as f:
+    with LiveFabric(
+        ZCUBE, EmulationConfig(), results_dir=str(tmp_path), miswire="za0-p5,za1-p6", log=lambda *_: None
+    ) as f:
         rep = f.wiring_report()
     assert not rep["ok"]
     (swap,) = rep["swapped"]
@@ -41,16 +42,19 @@ def _patch_names(run_dir, *cables):
         link = next(l for l in fab.links if {fab.ports[l.a].name, fab.ports[l.b].name} == {a, b})
         row = by_ports[frozenset((a, b))]
         assert row["cable_id"] == f"C{link.id:06d}"
-        out.append(f"{row['cable_id']} ({row['a_port']} {row['a_rack']}/U{row['a_unit']} <-> "
-                   f"{row['b_port']} {row['b_rack']}/U{row['b_unit']})")
+        out.append(
+            f"{row['cable_id']} ({row['a_port']} {row['a_rack']}/U{row['a_unit']} <-> "
+            f"{row['b_port']} {row['b_rack']}/U{row['b_unit']})"
+        )
     return out
 
 
 def test_cabling_check_finds_a_swapped_nic_cable(tmp_path):
     """Two GPU ports plugged into each other's switch port: reachability fails for them, and the
     cabling check names both GPU ports and both switch ports."""
-    with LiveFabric(ZCUBE, EmulationConfig(), results_dir=str(tmp_path), miswire="g0-p0,g1-p0",
-                    log=lambda *_: None) as f:
+    with LiveFabric(
+        ZCUBE, EmulationConfig(), results_dir=str(tmp_path), miswire="g0-p0,g1-p0", log=lambda *_: None
+    ) as f:
         rep = f.wiring_report()
         assert f.reach["failed"]  # the hosts' routes expect the blueprint's cabling
     assert not rep["ok"] and rep["missing"] == [] and rep["extra"] == []
@@ -76,12 +80,12 @@ def _break_and_probe(live):
         r = probes.reachability(live, timeout_s=1.5)
         assert r["pairs"] == 480 and r["failed"] == [f"g0-p0 -> {rail5.name} (Network is unreachable)"]
     finally:
-        live.in_host("g0", ["ip", "route", "add", f"{rail5.ip}/32", "dev", "g0-p0", "src",
-                            fab.gpu_port_by_role(0, "cons").ip])
+        live.in_host(
+            "g0", ["ip", "route", "add", f"{rail5.ip}/32", "dev", "g0-p0", "src", fab.gpu_port_by_role(0, "cons").ip]
+        )
     # za1 delivers GPU 4's cons address: remove that entry and every rail port's probe to it fails
     cons4 = fab.gpu_port_by_role(4, "cons")
-    subprocess.run(["ovs-ofctl", "-O", "OpenFlow13", "del-flows", "za1",
-                    f"ip,nw_dst={cons4.ip}"], check=True)
+    subprocess.run(["ovs-ofctl", "-O", "OpenFlow13", "del-flows", "za1", f"ip,nw_dst={cons4.ip}"], check=True)
     r = probes.reachability(live, timeout_s=1.5)
     want = sorted(f"{fab.gpu_port_by_role(g, 'rail').name} -> {cons4.name}" for g in range(16) if g != 4)
     assert r["failed"] == want
@@ -93,8 +97,13 @@ def test_sigkill_then_clean_leaves_nothing_and_spares_foreign_objects(tmp_path):
     sh("ip link add zfor0a type veth peer name zfor0b")
     try:
         before_br, before_links = bridges(), links()
-        p = subprocess.Popen([sys.executable, "-m", "testbed.cli", "up", ZCUBE, "--no-cli", "--results", str(tmp_path)],
-                             cwd=REPO, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+        p = subprocess.Popen(
+            [sys.executable, "-m", "testbed.cli", "up", ZCUBE, "--no-cli", "--results", str(tmp_path)],
+            cwd=REPO,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.STDOUT,
+            text=True,
+        )
         deadline = time.monotonic() + 120
         for line in p.stdout:
             if "[zlab] up:" in line or time.monotonic() > deadline:
@@ -130,8 +139,13 @@ def test_building_over_a_foreign_bridge_is_refused(tmp_path):
 
 
 def test_sigterm_tears_down(tmp_path):
-    p = subprocess.Popen([sys.executable, "-m", "testbed.cli", "up", ROFT, "--no-cli", "--results", str(tmp_path)],
-                         cwd=REPO, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+    p = subprocess.Popen(
+        [sys.executable, "-m", "testbed.cli", "up", ROFT, "--no-cli", "--results", str(tmp_path)],
+        cwd=REPO,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
+        text=True,
+    )
     for line in p.stdout:
         if "[zlab] up:" in line:
             break

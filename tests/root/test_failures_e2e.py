@@ -38,8 +38,9 @@ def failure_run(tmp_path_factory, name, events, recovery=None):
     if recovery:
         over.append(f"failures.recovery={json.dumps(recovery)}")
     exp = resolve(especs.load(None, over))
-    root, status = run_experiment(exp, results_dir=str(tmp_path_factory.mktemp(name)), log=lambda *_: None,
-                                  show_progress=False)
+    root, status = run_experiment(
+        exp, results_dir=str(tmp_path_factory.mktemp(name)), log=lambda *_: None, show_progress=False
+    )
     assert status == "complete"
     return root, exp, json.loads((root / "metrics.json").read_text())
 
@@ -57,8 +58,9 @@ def cables(tmp_path_factory):
 @pytest.fixture(scope="module")
 def switches(tmp_path_factory):
     """A ZCube A switch (reroute + host failover: its GPU ports lose their only cable) and a ROFT spine."""
-    return failure_run(tmp_path_factory, "sw", {"zcube": down("switch:za1"), "roft": down("switch:sp1")},
-                       {"zcube": "both"})
+    return failure_run(
+        tmp_path_factory, "sw", {"zcube": down("switch:za1"), "roft": down("switch:sp1")}, {"zcube": "both"}
+    )
 
 
 @pytest.fixture(scope="module")
@@ -70,8 +72,12 @@ def gray(tmp_path_factory):
 @pytest.fixture(scope="module")
 def host_and_ff(tmp_path_factory):
     """ZCube recovering by host failover alone; ROFT with fast-failover groups (+ the controller)."""
-    return failure_run(tmp_path_factory, "hff", {"zcube": down("cable:busiest"), "roft": down("cable:busiest")},
-                       {"zcube": "host", "roft": "fast-failover"})
+    return failure_run(
+        tmp_path_factory,
+        "hff",
+        {"zcube": down("cable:busiest"), "roft": down("cable:busiest")},
+        {"zcube": "host", "roft": "fast-failover"},
+    )
 
 
 def event(metrics, label):
@@ -89,8 +95,10 @@ def common_checks(root, metrics, label):
     rep = metrics["fabrics"][label]["repeats"][0]
     # what is tested here is failure handling; a repeat may be void only for the machine (CPU, steal, missed
     # samples), which its record then shows, never for a fidelity rule about the data (drops, bytes, integrity)
-    assert (all(r.startswith("CPU-bound") for r in rep["fidelity"]["reasons"])
-            or void_only_for_the_machine(rep)), (rep["fidelity"], rep["cpu_fraction"])
+    assert all(r.startswith("CPU-bound") for r in rep["fidelity"]["reasons"]) or void_only_for_the_machine(rep), (
+        rep["fidelity"],
+        rep["cpu_fraction"],
+    )
     assert e["integrity_ok"] is True
     assert e["qps_hit"] >= 1 and e["qps_unrecovered"] == 0
     proofs = json.loads((root / label / "raw" / "rep0" / "verify_paths.json").read_text())["proofs"]
@@ -169,16 +177,20 @@ def test_fast_failover_switches_over_with_the_controller_frozen(tmp_path):
     """The groups alone: freeze the controller, cut a ZCube fabric cable, and a flow that crossed it
     still arrives — the switch's own bucket counters show the backup bucket forwarded it."""
     fab = build_fabric("zcube:n=4,gpus_per_server=4")
-    doc = failplan.document(fab, [{"at_emulated_s": 0, "action": "down", "target": "cable:za0,zb0"}],
-                            "fast-failover", {"probe_hz": 0, "probe_window": 10, "probe_min_lost": 3,
-                                              "probe_timeout_s": 1.5, "poll_s": 0})
+    doc = failplan.document(
+        fab,
+        [{"at_emulated_s": 0, "action": "down", "target": "cable:za0,zb0"}],
+        "fast-failover",
+        {"probe_hz": 0, "probe_window": 10, "probe_min_lost": 3, "probe_timeout_s": 1.5, "poll_s": 0},
+    )
     link = doc["states"][0]["down_links"][0]
     gp = [p.name for p in fab.ports[: fab.n_gpus * 2]]
     flows = [(s, d, 50000) for s in gp for d in gp if s.split("-")[0] != d.split("-")[0]]
     src, dst, sport = next(f for f, x in zip(flows, crossing(fab, flows, [link])) if x)
     before = bridges()
-    with LiveFabric(fab, EmulationConfig(), results_dir=str(tmp_path), log=lambda *_: None, failplan=doc,
-                    lldp_interval_s=0) as lf:
+    with LiveFabric(
+        fab, EmulationConfig(), results_dir=str(tmp_path), log=lambda *_: None, failplan=doc, lldp_interval_s=0
+    ) as lf:
         os.kill(lf.controller.pid, signal.SIGSTOP)
         try:
             for iface in doc["steps"][0]["ifaces"]:
@@ -207,8 +219,11 @@ def test_a_flapping_cable(tmp_path_factory):
     t0 = json.loads((root / "zcube" / "raw" / "rep0" / "run_clock.json").read_text())["t0_ns"]
     assert [round((r["t_ns"] - t0) / 1e9, 1) for r in steps] == [3.6, 4.1, 4.6, 5.1]
     t_end = json.loads((root / "zcube" / "raw" / "rep0" / "run_clock.json").read_text())["t_end_ns"]
-    states = [r["down_links"] for r in read_jsonl(root / "zcube" / "controller" / "failures.jsonl")
-              if r["event"] == "state" and t0 <= r["t_ns"] <= t_end]
+    states = [
+        r["down_links"]
+        for r in read_jsonl(root / "zcube" / "controller" / "failures.jsonl")
+        if r["event"] == "state" and t0 <= r["t_ns"] <= t_end
+    ]
     link = steps[0]["links"]
     assert states[:4] == [link, [], link, []], states
     rows = metrics["failures"]["zcube"]["events"]

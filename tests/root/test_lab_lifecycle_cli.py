@@ -51,9 +51,27 @@ def test_up_detached_inspect_destroy(tmp_path):
 
 def test_destroy_during_a_replay(tmp_path):
     before_br = bridges()
-    p = subprocess.Popen([sys.executable, "-m", "testbed.cli", "run", "--no-progress", "--results", str(tmp_path),
-                          "--set", "repeats=3", "--set", "workload.requests=60", "--set", "measurement.calibrate=false"],
-                         cwd=REPO, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+    p = subprocess.Popen(
+        [
+            sys.executable,
+            "-m",
+            "testbed.cli",
+            "run",
+            "--no-progress",
+            "--results",
+            str(tmp_path),
+            "--set",
+            "repeats=3",
+            "--set",
+            "workload.requests=60",
+            "--set",
+            "measurement.calibrate=false",
+        ],
+        cwd=REPO,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
+        text=True,
+    )
     try:
         deadline = time.monotonic() + 180
         while time.monotonic() < deadline:  # wait until a replay is under way: messages completing

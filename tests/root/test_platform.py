@@ -68,8 +68,14 @@ def test_doctor_measures_and_stores_the_datapath_capacity(tmp_path):
     sh(f"cp /var/lib/zlab/datapath /var/lib/zlab/ovs-started.json {state}/")
     import os
 
-    proc = zlab("doctor", "--capacity", "--results", str(tmp_path), env={**os.environ, "ZLAB_STATE_DIR": str(state)},
-                timeout=300)
+    proc = zlab(
+        "doctor",
+        "--capacity",
+        "--results",
+        str(tmp_path),
+        env={**os.environ, "ZLAB_STATE_DIR": str(state)},
+        timeout=300,
+    )
     assert proc.returncode == 0, proc.stdout + proc.stderr
     rec = json.loads((state / "capacity.json").read_text())
     assert "forwards/core-s" in proc.stdout and "interpolates it at each run's link rate" in proc.stdout
@@ -88,13 +94,12 @@ def test_readme_commands_work_as_root_and_as_a_sudo_user(tmp_path):
     """README's commands carry no sudo: as root they run as they are (a fresh Debian has no sudo);
     as another user they re-run themselves through sudo (a fake one here, which records the call)."""
     import os
-
     import tempfile
 
     fake = Path(tempfile.mkdtemp(prefix="zlab-fake-sudo-", dir="/tmp"))  # reachable by another user
     fake.chmod(0o755)
     log = fake / "sudo.log"
-    (fake / "sudo").write_text(f"#!/bin/sh\necho \"$@\" >> {log}\n")
+    (fake / "sudo").write_text(f'#!/bin/sh\necho "$@" >> {log}\n')
     (fake / "sudo").chmod(0o755)
     log.touch()
     log.chmod(0o666)

@@ -35,15 +35,19 @@ def port():
     """Two namespaces joined by a veth pair, both ends shaped as the emulation shapes a port."""
     tag = f"zq{os.getpid() % 10000}"
     a_ns, b_ns = f"{tag}a", f"{tag}b"
-    sh(f"ip netns add {a_ns}; ip netns add {b_ns}; ip link add {tag}a0 type veth peer name {tag}b0; "
-       f"ip link set {tag}a0 netns {a_ns}; ip link set {tag}b0 netns {b_ns}")
+    sh(
+        f"ip netns add {a_ns}; ip netns add {b_ns}; ip link add {tag}a0 type veth peer name {tag}b0; "
+        f"ip link set {tag}a0 netns {a_ns}; ip link set {tag}b0 netns {b_ns}"
+    )
     holders = []
     try:
         for ns, dev in ((a_ns, f"{tag}a0"), (b_ns, f"{tag}b0")):
             sh(f"ip netns exec {ns} ip link set {dev} mtu 9000 up")
-            sh(f"ip netns exec {ns} nft add table inet zlab && ip netns exec {ns} nft add chain inet zlab input "
-               f"'{{ type filter hook input priority 0; }}' && ip netns exec {ns} nft add rule inet zlab input "
-               f"udp dport 4791 drop")
+            sh(
+                f"ip netns exec {ns} nft add table inet zlab && ip netns exec {ns} nft add chain inet zlab input "
+                f"'{{ type filter hook input priority 0; }}' && ip netns exec {ns} nft add rule inet zlab input "
+                f"udp dport 4791 drop"
+            )
             for c in tc_commands(dev, RATE_BPS, 9000, 1000, oracles.PAYLOAD + oracles.OVERHEAD + oracles.RETH):
                 sh(f"ip netns exec {ns} tc {c}")
             holders.append(subprocess.Popen(["ip", "netns", "exec", ns, "sleep", "600"]))
@@ -110,8 +114,10 @@ def test_md1_through_one_shaped_port(port):
         got.append(float(w.mean()))
         lindley.append(float(oracles.lindley_us(rel, service_us).mean()))
     pk = rho * service_us / (2 * (1 - rho))
-    print(f"M/D/1 through a shaped port (idle path {idle_offset_us:+.0f} µs off the formula): mean wait "
-          f"{np.mean(got):.0f} µs, Lindley {np.mean(lindley):.0f} µs, Pollaczek-Khinchine {pk:.0f} µs "
-          f"(per repeat {[round(g) for g in got]} vs {[round(x) for x in lindley]})")
+    print(
+        f"M/D/1 through a shaped port (idle path {idle_offset_us:+.0f} µs off the formula): mean wait "
+        f"{np.mean(got):.0f} µs, Lindley {np.mean(lindley):.0f} µs, Pollaczek-Khinchine {pk:.0f} µs "
+        f"(per repeat {[round(g) for g in got]} vs {[round(x) for x in lindley]})"
+    )
     assert abs(np.mean(got) / np.mean(lindley) - 1) <= 0.05
     assert abs(np.mean(got) / pk - 1) <= 0.25

@@ -14,9 +14,25 @@ from .conftest import zlab
 @pytest.fixture(scope="module")
 def refereed(tmp_path_factory):
     out = tmp_path_factory.mktemp("ref")
-    proc = zlab("run", "--results", str(out), "--no-progress", "--set", "repeats=2", "--set", "workload.requests=12",
-                "--set", "workload.offered_load=0.5", "--set", "measurement.calibrate=false",
-                "--set", "referee.scales=[same, real]", "--set", "referee.real_requests=2", timeout=900)
+    proc = zlab(
+        "run",
+        "--results",
+        str(out),
+        "--no-progress",
+        "--set",
+        "repeats=2",
+        "--set",
+        "workload.requests=12",
+        "--set",
+        "workload.offered_load=0.5",
+        "--set",
+        "measurement.calibrate=false",
+        "--set",
+        "referee.scales=[same, real]",
+        "--set",
+        "referee.real_requests=2",
+        timeout=900,
+    )
     assert proc.returncode in (0, 3), proc.stderr  # 3: the emulation itself voided a repeat (machine-bound)
     (root,) = out.iterdir()
     return root, proc

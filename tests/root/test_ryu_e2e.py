@@ -29,8 +29,12 @@ def test_fabric_up_under_real_ryu(tmp_path, spec):
 
 
 def test_a_replay_under_real_ryu(tmp_path):
-    exp = resolve(especs.load(None, ["controller=ryu", "repeats=1", "workload.requests=10",
-                                     'fabrics={zcube: "zcube:n=4,gpus_per_server=4"}']))
+    exp = resolve(
+        especs.load(
+            None,
+            ["controller=ryu", "repeats=1", "workload.requests=10", 'fabrics={zcube: "zcube:n=4,gpus_per_server=4"}'],
+        )
+    )
     root, status = run_experiment(exp, results_dir=str(tmp_path), log=lambda *_: None, show_progress=False)
     assert status == "complete"
     m = json.loads((root / "metrics.json").read_text())["fabrics"]["zcube"]["repeats"][0]

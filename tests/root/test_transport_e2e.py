@@ -9,12 +9,11 @@ import pytest
 from scapy.contrib.roce import BTH
 from scapy.utils import rdpcap
 
-from testbed.emulation import probes
+from testbed.emulation import capture, faults, probes
+from testbed.emulation.agents import send_message
+from testbed.emulation.calibrate import iperf3_udp
 from testbed.emulation.config import EmulationConfig
 from testbed.emulation.up import LiveFabric
-from testbed.emulation import capture, faults
-from testbed.emulation.calibrate import iperf3_udp
-from testbed.emulation.agents import send_message
 from testbed.measure.collector import machine_cpu
 
 PORT_BPS = 20e6  # 200 Gb/s x rate_scale 1e-4
@@ -23,8 +22,9 @@ PORT_BPS = 20e6  # 200 Gb/s x rate_scale 1e-4
 @pytest.fixture(scope="module")
 def live(tmp_path_factory):
     cfg = EmulationConfig(mtu_bytes=9000)
-    with LiveFabric("zcube:n=4,gpus_per_server=4", cfg, results_dir=str(tmp_path_factory.mktemp("t")),
-                    log=lambda *_: None) as f:
+    with LiveFabric(
+        "zcube:n=4,gpus_per_server=4", cfg, results_dir=str(tmp_path_factory.mktemp("t")), log=lambda *_: None
+    ) as f:
         yield probes.LiveRun(f.dir)
 
 
@@ -71,10 +71,32 @@ def test_tshark_decodes_a_fabric_link_as_roce(live, tmp_path):
     time.sleep(1.0)
     recs, _ = send_message(live, "g0-p0", "g5", 100_000, sport=50123)
     cap.communicate(timeout=30)
-    out = subprocess.run(["tshark", "-r", pcap, "-Y", "infiniband", "-T", "fields", "-e", "infiniband.bth.opcode",
-                          "-e", "infiniband.bth.psn", "-e", "infiniband.bth.a", "-e", "infiniband.reth.dmalen",
-                          "-e", "infiniband.aeth.syndrome", "-e", "udp.srcport"],
-                         capture_output=True, text=True, check=True).stdout
+    out = subprocess.run(
+        [
+            "tshark",
+            "-r",
+            pcap,
+            "-Y",
+            "infiniband",
+            "-T",
+            "fields",
+            "-e",
+            "infiniband.bth.opcode",
+            "-e",
+            "infiniband.bth.psn",
+            "-e",
+            "infiniband.bth.a",
+            "-e",
+            "infiniband.reth.dmalen",
+            "-e",
+            "infiniband.aeth.syndrome",
+            "-e",
+            "udp.srcport",
+        ],
+        capture_output=True,
+        text=True,
+        check=True,
+    ).stdout
     rows = [line.split("\t") for line in out.splitlines() if line.strip()]
     data = [r for r in rows if r[0] in ("6", "7", "8")]
     acks = [r for r in rows if r[0] == "17"]
@@ -116,8 +138,7 @@ def test_split_over_both_ports_reaches_90_percent_of_their_sum(live):
 
 def test_loss_is_repaired_by_retransmission(live):
     with faults.ingress_loss(live, "g9-p1", percent=3.0):
-        recs, counters = send_message(live, "g2-p0", "g9", 1_000_000,
-                                      rc_opts={"rto_ns": 100_000_000})
+        recs, counters = send_message(live, "g2-p0", "g9", 1_000_000, rc_opts={"rto_ns": 100_000_000})
     q = counters["qps"][0]
     assert recs[0]["integrity_ok"] and recs[0]["size_bytes"] == 1_000_000
     assert q["requester"]["retransmits"] > 0

@@ -61,9 +61,19 @@ def main() -> int:
         app.on_features(type("Ev", (), {"msg": type("M", (), {"datapath": dps[name]})()})())
     if len(sys.argv) > 2:
         name, port = sys.argv[2].split(":")
-        desc = parser.OFPPort(port_no=int(port), hw_addr="00:00:00:00:00:01", name=b"x", config=0,
-                              state=ofp.OFPPS_LINK_DOWN, curr=0, advertised=0, supported=0, peer=0, curr_speed=0,
-                              max_speed=0)
+        desc = parser.OFPPort(
+            port_no=int(port),
+            hw_addr="00:00:00:00:00:01",
+            name=b"x",
+            config=0,
+            state=ofp.OFPPS_LINK_DOWN,
+            curr=0,
+            advertised=0,
+            supported=0,
+            peer=0,
+            curr_speed=0,
+            max_speed=0,
+        )
         app.on_port_status(type("Ev", (), {"msg": type("M", (), {"datapath": dps[name], "desc": desc})()})())
     print(json.dumps({"framework": framework, "sent": {n: dp.sent for n, dp in dps.items()}}))
     return 0

@@ -87,11 +87,21 @@ def test_tables_metrics_and_report_from_raw_records(run):
     text = (run / "report.md").read_text()
     assert "Fidelity: zcube **valid**; roft **valid**" in text
     p99 = metrics["fabrics"]["roft"]["summary"]["kv_p99_real_s"]
-    assert "| KV-transfer completion p99 (real ms) | " in text and f"{1e3 * p99['mean']:.2f} ± {1e3 * p99['ci95']:.2f}" in text
+    assert (
+        "| KV-transfer completion p99 (real ms) | " in text
+        and f"{1e3 * p99['mean']:.2f} ± {1e3 * p99['ci95']:.2f}" in text
+    )
     assert "zcube better in" in text and "## TTFT, decomposed" in text and "modelled (constant)" in text
     assert "## Fidelity checks" in text and "Published reference numbers" in text and "comparable" in text
-    for png in ("queue_over_time", "max_queue_heatmap", "kv_completion_cdf", "ttft_cdf", "link_util_heatmap",
-                "nic_kv_bytes", "link_bytes_model_vs_measured"):
+    for png in (
+        "queue_over_time",
+        "max_queue_heatmap",
+        "kv_completion_cdf",
+        "ttft_cdf",
+        "link_util_heatmap",
+        "nic_kv_bytes",
+        "link_bytes_model_vs_measured",
+    ):
         assert (run / "plots" / f"{png}.png").read_bytes()[:4] == b"\x89PNG"
 
 
@@ -102,8 +112,10 @@ def _reasons(run, label="roft", k=0):
 
 
 def test_rule_replay_incomplete(run):
-    _edit_json(run / "roft" / "run.json", lambda d: dict(d, replays=[dict(r, status="timeout") if r["repeat"] == 0
-                                                                      else r for r in d["replays"]]))
+    _edit_json(
+        run / "roft" / "run.json",
+        lambda d: dict(d, replays=[dict(r, status="timeout") if r["repeat"] == 0 else r for r in d["replays"]]),
+    )
     assert "replay timeout" in _reasons(run)
 
 
@@ -131,7 +143,9 @@ def test_rule_subsecond_saturation_is_not_averaged_away(run):
     recs = read_jsonl(path)
     i = len(recs) // 2
     extra = (recs[i + 1]["t_ns"] - recs[i]["t_ns"]) / 1e9
-    _rewrite_jsonl(path, lambda r: dict(r, agent_cpu_s=r["agent_cpu_s"] + (extra if r["t_ns"] > recs[i]["t_ns"] else 0)))
+    _rewrite_jsonl(
+        path, lambda r: dict(r, agent_cpu_s=r["agent_cpu_s"] + (extra if r["t_ns"] > recs[i]["t_ns"] else 0))
+    )
     assert any(r.startswith("CPU-bound: agent at") for r in _reasons(run, "zcube"))
 
 
@@ -164,6 +178,7 @@ def test_rule_corrupted_transfers(run):
 
 def test_rule_faster_than_the_serialisation_floor(run):
     """A many-frame message that arrived in no time: shaping let it pass unshaped."""
+
     def instant(r):
         return dict(r, t_last_rx_ns=r["t_first_tx_ns"] + 1000) if r["packets"] >= 8 else r
 
@@ -197,15 +212,19 @@ def test_rule_agent_release_lateness(run):
 
 
 def test_rule_blocked_sends(run):
-    _edit_json(_raw(run, "zcube") / "counters.json",
-               lambda d: dict(d, ports={n: dict(p, tx_blocked=3 if n == "g0-p0" else p["tx_blocked"])
-                                        for n, p in d["ports"].items()}))
+    _edit_json(
+        _raw(run, "zcube") / "counters.json",
+        lambda d: dict(
+            d, ports={n: dict(p, tx_blocked=3 if n == "g0-p0" else p["tx_blocked"]) for n, p in d["ports"].items()}
+        ),
+    )
     assert "3 agent sends blocked by a full host queue" in _reasons(run, "zcube")
 
 
 def test_rule_link_bytes_off_the_model(run):
     """Give every ROFT QP a source port the switches did not see: the model now routes their
     bytes over other spines than the queues counted them on."""
+
     def reroute(d):
         for q in d["qps"]:
             q["sport"] = q["sport"] ^ 0x0FFF
@@ -243,14 +262,15 @@ def test_report_refuses_a_complete_run_without_raw_records(run):
 
 
 def test_rule_drops_outside_a_switch_queue_name_their_location(run):
-    _edit_json(_raw(run, "roft") / "drops.json",
-               lambda d: dict(d, delta=dict(d["delta"], ovs_sockets={"l0r0-p3": 5})))
+    _edit_json(_raw(run, "roft") / "drops.json", lambda d: dict(d, delta=dict(d["delta"], ovs_sockets={"l0r0-p3": 5})))
     assert any(r.startswith("frames dropped outside a switch egress queue: 5 at ovs sockets") for r in _reasons(run))
 
 
 def test_rule_agent_socket_drops(run):
-    _edit_json(_raw(run, "zcube") / "counters.json",
-               lambda d: dict(d, ports={n: dict(p, socket_drops=3 if n == "g9-p1" else 0) for n, p in d["ports"].items()}))
+    _edit_json(
+        _raw(run, "zcube") / "counters.json",
+        lambda d: dict(d, ports={n: dict(p, socket_drops=3 if n == "g9-p1" else 0) for n, p in d["ports"].items()}),
+    )
     assert any("3 at agent sockets" in r for r in _reasons(run, "zcube"))
 
 
@@ -265,8 +285,16 @@ def test_rule_loss_no_counter_explains(run):
 
 def test_a_clean_run_accounts_every_location(run):
     m = report.build(run)["fabrics"]["roft"]["repeats"][0]
-    assert set(m["drops"]) == {"switch_queues", "ovs_port_counters", "ovs_sockets", "ovs_datapath", "switch_ports",
-                               "host_ports", "host_qdiscs", "agent_sockets"}
+    assert set(m["drops"]) == {
+        "switch_queues",
+        "ovs_port_counters",
+        "ovs_sockets",
+        "ovs_datapath",
+        "switch_ports",
+        "host_ports",
+        "host_qdiscs",
+        "agent_sockets",
+    }
 
 
 def test_an_invalid_verdict_says_what_to_change_and_retries_only_that_fabric(run, capsys):
@@ -327,27 +355,34 @@ MS = 1_000_000  # ns
 
 
 def _qp(stalls=(), repairs=(), moved=(), open_since=None):
-    return {"stalls_ns": [[a * MS, b * MS] for a, b in stalls],
-            "repairs_ns": [[a * MS, None if b is None else b * MS] for a, b in repairs],
-            "migrations_ns": [t * MS for t in moved], "open_since_ns": open_since}
+    return {
+        "stalls_ns": [[a * MS, b * MS] for a, b in stalls],
+        "repairs_ns": [[a * MS, None if b is None else b * MS] for a, b in repairs],
+        "migrations_ns": [t * MS for t in moved],
+        "open_since_ns": open_since,
+    }
 
 
-@pytest.mark.parametrize("q, want", [
-    # a CI run (zcube, cable za1-p5, failure at 0, last switch installed at 19.8 ms): the QP's ACKs moved at
-    # 35 ms for frames sent before the cut, so its loss gap (35 -> 558.7 ms) began after the repair; only its
-    # go-back-N while the failure held shows it was hurt
-    (_qp(stalls=[(-221.3, -20.7), (35.0, 558.7)]), ("unhurt", None)),
-    (_qp(stalls=[(-221.3, -20.7), (35.0, 558.7)], repairs=[(558.7, 600.2)]), ("recovered", 600.2)),
-    (_qp(stalls=[(-5.0, 80.0)]), ("recovered", 80.0)),  # the stall spans the failure
-    (_qp(stalls=[(-5.0, 80.0)], repairs=[(60.0, 70.0)]), ("recovered", 80.0)),  # the later of the two
-    (_qp(stalls=[(35.0, 300.0)], repairs=[(-50.0, -40.0)]), ("unhurt", None)),  # congestion; a repair before it
-    (_qp(repairs=[(40.0, None)]), ("unrecovered", None)),  # went back and never got through
-    # a gray failure: losses again and again until the reroute (19.8 ms here), and one NAK after it
-    (_qp(repairs=[(2.0, 6.0), (9.0, 15.0), (25.0, 90.0), (400.0, 420.0)]), ("recovered", 90.0)),
-    (_qp(stalls=[(3.0, 40.0)], moved=[5.0]), ("recovered", 40.0)),  # host failover: before its own move
-    (_qp(open_since=10 * MS), ("unrecovered", None)),  # silent since before the failure ended
-])
+@pytest.mark.parametrize(
+    "q, want",
+    [
+        # a CI run (zcube, cable za1-p5, failure at 0, last switch installed at 19.8 ms): the QP's ACKs moved at
+        # 35 ms for frames sent before the cut, so its loss gap (35 -> 558.7 ms) began after the repair; only its
+        # go-back-N while the failure held shows it was hurt
+        (_qp(stalls=[(-221.3, -20.7), (35.0, 558.7)]), ("unhurt", None)),
+        (_qp(stalls=[(-221.3, -20.7), (35.0, 558.7)], repairs=[(558.7, 600.2)]), ("recovered", 600.2)),
+        (_qp(stalls=[(-5.0, 80.0)]), ("recovered", 80.0)),  # the stall spans the failure
+        (_qp(stalls=[(-5.0, 80.0)], repairs=[(60.0, 70.0)]), ("recovered", 80.0)),  # the later of the two
+        (_qp(stalls=[(35.0, 300.0)], repairs=[(-50.0, -40.0)]), ("unhurt", None)),  # congestion; a repair before it
+        (_qp(repairs=[(40.0, None)]), ("unrecovered", None)),  # went back and never got through
+        # a gray failure: losses again and again until the reroute (19.8 ms here), and one NAK after it
+        (_qp(repairs=[(2.0, 6.0), (9.0, 15.0), (25.0, 90.0), (400.0, 420.0)]), ("recovered", 90.0)),
+        (_qp(stalls=[(3.0, 40.0)], moved=[5.0]), ("recovered", 40.0)),  # host failover: before its own move
+        (_qp(open_since=10 * MS), ("unrecovered", None)),  # silent since before the failure ended
+    ],
+)
 def test_how_a_failure_treated_a_qp(q, want):
     from testbed.measure.failures import qp_outcome
+
     verdict, t = qp_outcome(q, t_fail=0, t_fixed=int(19.8 * MS), t_next=10_000 * MS)
     assert (verdict, None if t is None else t / MS) == (want[0], pytest.approx(want[1]) if want[1] else None)

@@ -13,8 +13,7 @@ import yaml
 
 from testbed.emulation.config import EmulationConfig
 from testbed.emulation.network import host_script
-from testbed.fabric import build_fabric
-from testbed.fabric import clab
+from testbed.fabric import build_fabric, clab
 from testbed.fabric.model import FabricFileError
 
 SPECS = ["zcube:n=4,gpus_per_server=4", "zcube:n=8,gpus_per_server=4", "roft:gpus=16,gpus_per_server=4,segments=2"]
@@ -71,13 +70,16 @@ def test_setup_script_pins_port_numbers_and_points_at_the_controller():
     assert subprocess.run(["sh", "-n"], input=sh, text=True).returncode == 0  # valid shell
 
 
-@pytest.mark.parametrize("mangle, words", [
-    (lambda d: d["topology"]["defaults"]["labels"].pop("zlab.schema"), "zlab imports only its own exports"),
-    (lambda d: d["topology"]["links"].pop(3), "link ids are not 0..N-1"),
-    (lambda d: d["topology"]["nodes"]["za0"].update(kind="linux"), "node za0: kind 'linux', expected 'ovs-bridge'"),
-    (lambda d: d["topology"]["links"][0].update(endpoints=["nope:x", "za0:za0-p1"]), "links[0]"),
-    (lambda d: d["topology"]["nodes"]["g1"]["labels"].pop("zlab.node"), "node g1: missing or bad zlab labels"),
-])
+@pytest.mark.parametrize(
+    "mangle, words",
+    [
+        (lambda d: d["topology"]["defaults"]["labels"].pop("zlab.schema"), "zlab imports only its own exports"),
+        (lambda d: d["topology"]["links"].pop(3), "link ids are not 0..N-1"),
+        (lambda d: d["topology"]["nodes"]["za0"].update(kind="linux"), "node za0: kind 'linux', expected 'ovs-bridge'"),
+        (lambda d: d["topology"]["links"][0].update(endpoints=["nope:x", "za0:za0-p1"]), "links[0]"),
+        (lambda d: d["topology"]["nodes"]["g1"]["labels"].pop("zlab.node"), "node g1: missing or bad zlab labels"),
+    ],
+)
 def test_import_names_what_is_wrong(mangle, words):
     doc = clab.to_dict(build_fabric(SPECS[0]))
     mangle(doc)
@@ -93,6 +95,7 @@ def test_cli_export_import(tmp_path):
     subprocess.run(zlab + ["import", str(out), "-o", str(tmp_path / "back.json")], check=True, capture_output=True)
     subprocess.run(zlab + ["export", SPECS[2], "-o", str(tmp_path / "orig.json")], check=True, capture_output=True)
     assert (tmp_path / "back.json").read_bytes() == (tmp_path / "orig.json").read_bytes()
-    bad = subprocess.run(zlab + ["import", str(tmp_path / "absent.clab.yml"), "-o", "x.json"], capture_output=True,
-                         text=True)
+    bad = subprocess.run(
+        zlab + ["import", str(tmp_path / "absent.clab.yml"), "-o", "x.json"], capture_output=True, text=True
+    )
     assert bad.returncode == 2 and "cannot read" in bad.stderr

@@ -39,8 +39,10 @@ def _cases(tmp_path):
         (["multiplane", "zcube-planes:planes=2,n=4", "--seeds", "0"], "--seeds must be >= 1"),
         (["load", "zcube:n=4", "--pattern", "random", "--fail", "switch:zz9"], "no switch 'zz9'"),
         (["load", "zcube:n=4", "--pattern", "random", "--repair", "host"], "--repair needs --fail"),
-        (["load", "zcube:n=4", "--pattern", "random", "--fail", "switch:zb1", "--repair", "ecmp"],
-         "valid: none, host, detour, both"),
+        (
+            ["load", "zcube:n=4", "--pattern", "random", "--fail", "switch:zb1", "--repair", "ecmp"],
+            "valid: none, host, detour, both",
+        ),
         (["resilience", "zcube:n=4", "--repair", "magic"], "valid: none, host, detour, both"),
         (["resilience", "zcube:n=4", "--sample", "0"], "--sample must be >= 1"),
         (["fabric", "show", "zcube:n=4,gpu_gbps=nan"], "gpu_gbps='nan' must be a finite number"),
@@ -51,16 +53,30 @@ def _cases(tmp_path):
         (["fabric", "show", "fattree:k=4"], "unknown fabric kind 'fattree'; valid kinds: roft, zcube"),
         (["route", "zcube:n=4", "g0-p9", "g5"], "'g0-p9' is not a GPU port name or address"),
         (["load", "zcube:n=4", "--pattern", "bogus"], "unknown pattern 'bogus'; valid patterns: rail-aligned"),
-        (["load", "zcube:n=4", "--pattern", "random", "--split", "diagonal"], "unknown split policy 'diagonal'; valid: half"),
+        (
+            ["load", "zcube:n=4", "--pattern", "random", "--split", "diagonal"],
+            "unknown split policy 'diagonal'; valid: half",
+        ),
         (["load", "zcube:n=4", "--file", str(tmp_path / "nope.csv")], "nope.csv: cannot read: No such file"),
-        (run + [f"workload.trace={_jsonl(tmp_path, 'unsorted.jsonl', [dict(MOONCAKE_OK, timestamp=2000), MOONCAKE_OK])}"],
-         "unsorted.jsonl:2: timestamps go backwards"),
-        (run + [f"workload.trace={_jsonl(tmp_path, 'nan.jsonl', [nan_line])}"],
-         "nan.jsonl:1: timestamp must be a finite number"),
-        (run + [f"workload.trace={_jsonl(tmp_path, 'frac.jsonl', [dict(MOONCAKE_OK, input_length=600.9)])}"],
-         "frac.jsonl:1: input_length must be a whole number, got 600.9"),
-        (run + [f"workload.trace={_jsonl(tmp_path, 'bool.jsonl', [dict(MOONCAKE_OK, output_length=True)])}"],
-         "bool.jsonl:1: output_length must be a whole number, got True"),
+        (
+            run
+            + [
+                f"workload.trace={_jsonl(tmp_path, 'unsorted.jsonl', [dict(MOONCAKE_OK, timestamp=2000), MOONCAKE_OK])}"
+            ],
+            "unsorted.jsonl:2: timestamps go backwards",
+        ),
+        (
+            run + [f"workload.trace={_jsonl(tmp_path, 'nan.jsonl', [nan_line])}"],
+            "nan.jsonl:1: timestamp must be a finite number",
+        ),
+        (
+            run + [f"workload.trace={_jsonl(tmp_path, 'frac.jsonl', [dict(MOONCAKE_OK, input_length=600.9)])}"],
+            "frac.jsonl:1: input_length must be a whole number, got 600.9",
+        ),
+        (
+            run + [f"workload.trace={_jsonl(tmp_path, 'bool.jsonl', [dict(MOONCAKE_OK, output_length=True)])}"],
+            "bool.jsonl:1: output_length must be a whole number, got True",
+        ),
         (run + [f"workload.trace={gz}"], "trace.jsonl: gzip-compressed; decompress it first"),
         (run + [f"workload.trace={binary}"], "bin.csv:1: not UTF-8 text"),
         (run + [f"workload.trace={as_json}"], "unsupported trace format '.json'"),
@@ -69,26 +85,51 @@ def _cases(tmp_path):
         (run + ["emulation.rate_scale=1e-2"], "cannot honour more than 1000 Mb/s"),
         (run + ["workload.size_scale=-1"], "spec error at workload.size_scale"),
         (run + ["deployment.mapping=rank-shift"], "spec error at deployment.mapping: 'rank-shift' is not one of"),
-        (run + ["deployment.path_mtu=4096", "--set", "emulation.mtu_bytes=1500"], "deployment.path_mtu: 4096 needs a link MTU"),
+        (
+            run + ["deployment.path_mtu=4096", "--set", "emulation.mtu_bytes=1500"],
+            "deployment.path_mtu: 4096 needs a link MTU",
+        ),
         (run + ["deployment.tp=32"], "need 128 GPUs; the fabric has 16"),
         (run + ["controller=floodlight"], "spec error at controller: 'floodlight' is not one of ['os-ken', 'ryu']"),
-        (run + ['failures.events={zcub: [{at_emulated_s: 1, action: down, target: "switch:za0"}]}'],
-         "spec error at failures.events: zcub is not a fabric of this spec"),
-        (run + ['failures.events={zcube: [{at_emulated_s: 1, action: gray, loss_percent: 5, target: "cable:g0-p0"}]}'],
-         "gray failures are injected on switch-to-switch cables"),
-        (run + ['failures.events={roft: [{at_emulated_s: 1, action: down, target: "switch:za0"}]}'],
-         "no switch 'za0'"),
-        (run + ['failures.events={zcube: [{at_emulated_s: 1, action: explode, target: "switch:za0"}]}'],
-         "spec error at failures.events.zcube.0.action: 'explode' is not one of"),
-        (run + ["failures.recovery={roft: host}", "--set",
-                'failures.events={roft: [{at_emulated_s: 1, action: down, target: "switch:sp0"}]}'], "have one port"),
-        (run + ["fabrics.roft=roft:gpus=16,gpus_per_server=5"], "spec error at fabrics.roft: roft: gpus=16 must be a multiple"),
-        (["run", "--dry-run", str(misspelt)], "spec error at workload: Additional properties are not allowed ('reqests'"),
+        (
+            run + ['failures.events={zcub: [{at_emulated_s: 1, action: down, target: "switch:za0"}]}'],
+            "spec error at failures.events: zcub is not a fabric of this spec",
+        ),
+        (
+            run
+            + ['failures.events={zcube: [{at_emulated_s: 1, action: gray, loss_percent: 5, target: "cable:g0-p0"}]}'],
+            "gray failures are injected on switch-to-switch cables",
+        ),
+        (run + ['failures.events={roft: [{at_emulated_s: 1, action: down, target: "switch:za0"}]}'], "no switch 'za0'"),
+        (
+            run + ['failures.events={zcube: [{at_emulated_s: 1, action: explode, target: "switch:za0"}]}'],
+            "spec error at failures.events.zcube.0.action: 'explode' is not one of",
+        ),
+        (
+            run
+            + [
+                "failures.recovery={roft: host}",
+                "--set",
+                'failures.events={roft: [{at_emulated_s: 1, action: down, target: "switch:sp0"}]}',
+            ],
+            "have one port",
+        ),
+        (
+            run + ["fabrics.roft=roft:gpus=16,gpus_per_server=5"],
+            "spec error at fabrics.roft: roft: gpus=16 must be a multiple",
+        ),
+        (
+            ["run", "--dry-run", str(misspelt)],
+            "spec error at workload: Additional properties are not allowed ('reqests'",
+        ),
         (["run", "--dry-run", str(second_bad)], "spec error at fabrics.roft"),
         (["run", "--dry-run", str(tmp_path / "absent.yaml")], "cannot read spec"),
         (["run", str(second_bad), "--results", str(tmp_path / "results")], "spec error at fabrics.roft"),
         (["up", "zcube:n=4", "--rate-scale", "-1", "--results", str(tmp_path / "results")], "rate_scale must be > 0"),
-        (["up", "zcube:n=4", "--rate-scale", "1e-2", "--results", str(tmp_path / "results")], "cannot honour more than"),
+        (
+            ["up", "zcube:n=4", "--rate-scale", "1e-2", "--results", str(tmp_path / "results")],
+            "cannot honour more than",
+        ),
         (["report", str(tmp_path)], "not a zlab run folder (no experiment.json)"),
         (["compare", str(tmp_path)], "is it a finished zlab run folder"),
     ]

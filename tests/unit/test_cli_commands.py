@@ -41,8 +41,9 @@ def test_each_command_runs_its_own_module():
 
 def test_every_json_flag_is_the_shared_parents():
     (shared,) = [a for a in options.JSON._actions if "--json" in a.option_strings]
-    with_json = [path for path, sub in _subparsers(build_parser())
-                 if any("--json" in a.option_strings for a in sub._actions)]
+    with_json = [
+        path for path, sub in _subparsers(build_parser()) if any("--json" in a.option_strings for a in sub._actions)
+    ]
     assert len(with_json) >= 15  # as many as declared it before the parent existed
     for path, sub in _subparsers(build_parser()):
         for a in sub._actions:
@@ -61,7 +62,7 @@ def test_nothing_below_cli_takes_the_command_line():
             continue
         tree = ast.parse(p.read_text())
         for node in ast.walk(tree):
-            names = ([a.name for a in node.names] if isinstance(node, (ast.Import, ast.ImportFrom)) else [])
+            names = [a.name for a in node.names] if isinstance(node, (ast.Import, ast.ImportFrom)) else []
             if isinstance(node, ast.ImportFrom) and node.module == "argparse" or "argparse" in names:
                 offenders.append(rel)
     assert not offenders
@@ -73,8 +74,25 @@ def test_up_detached_starts_the_same_settings_in_its_child():
 
     from testbed.cli.commands.up import child_argv, up_options
 
-    argv = ["up", "zcube:n=4", "-d", "--rate-scale", "2.5e-5", "--mtu", "9000", "--queue-pkts", "50",
-            "--datapath", "netdev", "--controller", "ryu", "--results", "/tmp/r", "--duration", "7.5"]
+    argv = [
+        "up",
+        "zcube:n=4",
+        "-d",
+        "--rate-scale",
+        "2.5e-5",
+        "--mtu",
+        "9000",
+        "--queue-pkts",
+        "50",
+        "--datapath",
+        "netdev",
+        "--controller",
+        "ryu",
+        "--results",
+        "/tmp/r",
+        "--duration",
+        "7.5",
+    ]
     opts = up_options(build_parser().parse_args(argv))
     assert opts.cfg.rate_scale == 2.5e-5 and opts.cfg.mtu_bytes == 9000 and opts.interactive
     child = child_argv(opts, "up-x")

@@ -55,8 +55,9 @@ def test_cost_prints_the_comparison(capsys):
 
 
 def test_load_and_route(capsys):
-    code, out, _ = run(capsys, "load", "roft:gpus=16,gpus_per_server=4,segments=2", "--pattern", "incast", "--json",
-                       "--seeds", "5")
+    code, out, _ = run(
+        capsys, "load", "roft:gpus=16,gpus_per_server=4,segments=2", "--pattern", "incast", "--json", "--seeds", "5"
+    )
     util = json.loads(out)["max_link_util"]
     assert code == 0 and util["n"] == 5 and min(util["values"]) >= 4.0  # every draw: 4 senders, one receiver
     assert util["mean"] == pytest.approx(sum(util["values"]) / 5)

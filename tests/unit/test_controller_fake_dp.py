@@ -13,9 +13,11 @@ from testbed.fabric.openflow import match_flow_entries
 from testbed.fabric.paths import route
 
 try:
-    from os_ken.ofproto import ofproto_v1_3 as ofp, ofproto_v1_3_parser as parser
+    from os_ken.ofproto import ofproto_v1_3 as ofp
+    from os_ken.ofproto import ofproto_v1_3_parser as parser
 except ImportError:  # pragma: no cover - Ryu
-    from ryu.ofproto import ofproto_v1_3 as ofp, ofproto_v1_3_parser as parser
+    from ryu.ofproto import ofproto_v1_3 as ofp
+    from ryu.ofproto import ofproto_v1_3_parser as parser
 
 
 class FakeDatapath:
@@ -48,6 +50,7 @@ def app(tmp_path, monkeypatch):
         monkeypatch.setenv("ZLAB_RUN_DIR", str(tmp_path))
         monkeypatch.setattr(zlab_routes.hub, "spawn", lambda *a, **k: None)
         return fab, zlab_routes.ZlabRoutes()
+
     return make
 
 
@@ -61,8 +64,9 @@ def entries_from_mods(mods):
         dst, mask = f["ipv4_dst"] if isinstance(f["ipv4_dst"], tuple) else (f["ipv4_dst"], "255.255.255.255")
         udp = list(f["udp_src"]) if "udp_src" in f else None
         (action,) = m.instructions[0].actions
-        out.append({"priority": m.priority, "ipv4_dst": dst, "ipv4_mask": mask, "udp_src": udp,
-                    "out_port": action.port})
+        out.append(
+            {"priority": m.priority, "ipv4_dst": dst, "ipv4_mask": mask, "udp_src": udp, "out_port": action.port}
+        )
     return out
 
 
@@ -144,6 +148,7 @@ def failing_app(tmp_path, monkeypatch):
             dps[sw.name] = FakeDatapath(sw.dpid)
             a.on_features(Event(dps[sw.name]))
         return fab, doc, a, dps
+
     return make
 
 
@@ -167,20 +172,34 @@ def apply_mods(table: dict, mods) -> dict:
 
 
 def as_table(entries) -> dict:
-    return {(e["priority"], e["ipv4_dst"], e["ipv4_mask"], tuple(e["udp_src"]) if e["udp_src"] else None): e["out_port"]
-            for e in entries}
+    return {
+        (e["priority"], e["ipv4_dst"], e["ipv4_mask"], tuple(e["udp_src"]) if e["udp_src"] else None): e["out_port"]
+        for e in entries
+    }
 
 
 def port_status(a, dp, port_no, down):
-    desc = parser.OFPPort(port_no=port_no, hw_addr="00:00:00:00:00:01", name=b"x", config=0,
-                          state=ofp.OFPPS_LINK_DOWN if down else ofp.OFPPS_LIVE, curr=0, advertised=0, supported=0,
-                          peer=0, curr_speed=0, max_speed=0)
+    desc = parser.OFPPort(
+        port_no=port_no,
+        hw_addr="00:00:00:00:00:01",
+        name=b"x",
+        config=0,
+        state=ofp.OFPPS_LINK_DOWN if down else ofp.OFPPS_LIVE,
+        curr=0,
+        advertised=0,
+        supported=0,
+        peer=0,
+        curr_speed=0,
+        max_speed=0,
+    )
     ev = type("Ev", (), {"msg": type("Msg", (), {"datapath": dp, "desc": desc})()})()
     a.on_port_status(ev)
 
 
-@pytest.mark.parametrize("spec, target", [("zcube:n=4,gpus_per_server=4", "cable:za0,zb0"),
-                                          ("roft:gpus=16,gpus_per_server=4,segments=2", "cable:l0r0,sp0")])
+@pytest.mark.parametrize(
+    "spec, target",
+    [("zcube:n=4,gpus_per_server=4", "cable:za0,zb0"), ("roft:gpus=16,gpus_per_server=4,segments=2", "cable:l0r0,sp0")],
+)
 def test_port_down_installs_exactly_the_models_degraded_tables_and_back(failing_app, spec, target):
     fab, doc, a, dps = failing_app(spec, [{"at_emulated_s": 1, "action": "down", "target": target}])
     healthy = {sw: as_table(v["entries"]) for sw, v in flows_document(fab)["switches"].items()}
@@ -205,9 +224,16 @@ def test_port_down_installs_exactly_the_models_degraded_tables_and_back(failing_
 
 def as_entries(table: dict) -> list[dict]:
     """An as_table()/apply_mods() table back in the model's entry form, for the real matcher."""
-    return [{"priority": key[0], "ipv4_dst": key[1], "ipv4_mask": key[2],
-             "udp_src": list(key[3]) if key[3] is not None else None, "out_port": port}
-            for key, port in table.items()]
+    return [
+        {
+            "priority": key[0],
+            "ipv4_dst": key[1],
+            "ipv4_mask": key[2],
+            "udp_src": list(key[3]) if key[3] is not None else None,
+            "out_port": port,
+        }
+        for key, port in table.items()
+    ]
 
 
 def _lookup(entries: list[dict], ip: str, sport: int):
@@ -216,8 +242,10 @@ def _lookup(entries: list[dict], ip: str, sport: int):
     return None if e is None else e["out_port"]
 
 
-@pytest.mark.parametrize("spec, target", [("zcube:n=4,gpus_per_server=4", "cable:za0,zb0"),
-                                          ("roft:gpus=16,gpus_per_server=4,segments=2", "cable:l0r0,sp0")])
+@pytest.mark.parametrize(
+    "spec, target",
+    [("zcube:n=4,gpus_per_server=4", "cable:za0,zb0"), ("roft:gpus=16,gpus_per_server=4,segments=2", "cable:l0r0,sp0")],
+)
 def test_reroute_is_make_before_break(failing_app, spec, target, monkeypatch):
     """After every single FlowMod of a reroute, each (destination, UDP source port) that has a route
     both before and after still has one, on a port the old or the new table uses: a switch
@@ -233,8 +261,12 @@ def test_reroute_is_make_before_break(failing_app, spec, target, monkeypatch):
     for dp in dps.values():
         dp.sent.clear()
     port_status(a, dps[fab.nodes[end.node].name], end.number, down=True)
-    packets = [(p.ip, sport) for p in fab.ports if fab.nodes[p.node].role == "gpu" and p.ip
-               for sport in range(49152, 49152 + 64)]
+    packets = [
+        (p.ip, sport)
+        for p in fab.ports
+        if fab.nodes[p.node].role == "gpu" and p.ip
+        for sport in range(49152, 49152 + 64)
+    ]
     assert packets
     changed = 0
     for sw in state["switches"]:
@@ -246,8 +278,9 @@ def test_reroute_is_make_before_break(failing_app, spec, target, monkeypatch):
         table = dict(old)
         for mod in dps[sw].sent:
             nxt = apply_mods(table, [mod])
-            touched = as_entries({k: table.get(k, nxt.get(k)) for k in table.keys() | nxt.keys()
-                                  if table.get(k) != nxt.get(k)})
+            touched = as_entries(
+                {k: table.get(k, nxt.get(k)) for k in table.keys() | nxt.keys() if table.get(k) != nxt.get(k)}
+            )
             table = nxt
             if not touched:
                 continue
@@ -264,8 +297,9 @@ def test_reroute_is_make_before_break(failing_app, spec, target, monkeypatch):
 
 
 def test_unplanned_failure_changes_nothing(failing_app):
-    fab, doc, a, dps = failing_app("zcube:n=4,gpus_per_server=4",
-                                   [{"at_emulated_s": 1, "action": "down", "target": "cable:za0,zb0"}])
+    fab, doc, a, dps = failing_app(
+        "zcube:n=4,gpus_per_server=4", [{"at_emulated_s": 1, "action": "down", "target": "cable:za0,zb0"}]
+    )
     for dp in dps.values():
         dp.sent.clear()
     port_status(a, dps["za1"], 6, down=True)  # za1-zb1: not in the schedule
@@ -274,8 +308,11 @@ def test_unplanned_failure_changes_nothing(failing_app):
 
 
 def test_fast_failover_groups_watch_primary_then_backup(failing_app):
-    fab, doc, a, dps = failing_app("zcube:n=4,gpus_per_server=4",
-                                   [{"at_emulated_s": 1, "action": "down", "target": "cable:za0,zb0"}], "fast-failover")
+    fab, doc, a, dps = failing_app(
+        "zcube:n=4,gpus_per_server=4",
+        [{"at_emulated_s": 1, "action": "down", "target": "cable:za0,zb0"}],
+        "fast-failover",
+    )
     sent = dps["za0"].sent
     groups = [m for m in sent if isinstance(m, parser.OFPGroupMod) and m.command == ofp.OFPGC_ADD]
     assert groups and all(g.type == ofp.OFPGT_FF for g in groups)
@@ -285,8 +322,11 @@ def test_fast_failover_groups_watch_primary_then_backup(failing_app):
         assert [b.actions[0].port for b in g.buckets] == [primary, backup]
         g.datapath = dps["za0"]
         g.serialize()
-    first_flow = next(i for i, m in enumerate(sent) if isinstance(m, parser.OFPFlowMod) and m.priority not in (0, 65000)
-                      and m.command == ofp.OFPFC_ADD)
+    first_flow = next(
+        i
+        for i, m in enumerate(sent)
+        if isinstance(m, parser.OFPFlowMod) and m.priority not in (0, 65000) and m.command == ofp.OFPFC_ADD
+    )
     assert max(i for i, m in enumerate(sent) if isinstance(m, parser.OFPGroupMod)) < first_flow  # groups first
     table = apply_mods({}, sent)
     via = [v for v in table.values() if isinstance(v, tuple)]

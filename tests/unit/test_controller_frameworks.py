@@ -24,10 +24,13 @@ def dump(python, run_dir, *args):
     return json.loads(p.stdout.strip().splitlines()[-1])
 
 
-@pytest.mark.parametrize("spec, target, recovery, down", [
-    ("zcube:n=4,gpus_per_server=4", "cable:za0,zb0", "fast-failover", "za0:5"),
-    ("roft:gpus=16,gpus_per_server=4,segments=2", "cable:l0r0,sp0", "controller", "sp0:1"),
-])
+@pytest.mark.parametrize(
+    "spec, target, recovery, down",
+    [
+        ("zcube:n=4,gpus_per_server=4", "cable:za0,zb0", "fast-failover", "za0:5"),
+        ("roft:gpus=16,gpus_per_server=4,segments=2", "cable:l0r0,sp0", "controller", "sp0:1"),
+    ],
+)
 def test_ryu_and_os_ken_send_the_same_openflow(tmp_path, spec, target, recovery, down):
     assert RYU_PYTHON.exists(), f"{RYU_PYTHON} missing: scripts/provision.sh builds it"
     fab = build_fabric(spec)

@@ -56,8 +56,7 @@ def prose_lines(text: str):
 
 
 def typed_figures(text: str) -> list[tuple[int, str]]:
-    return [(i, m.group(0)) for i, line in prose_lines(text)
-            for m in TYPED_FIGURE.finditer(ALLOWED.sub("", line))]
+    return [(i, m.group(0)) for i, line in prose_lines(text) for m in TYPED_FIGURE.finditer(ALLOWED.sub("", line))]
 
 
 def pages() -> list[Path]:
@@ -78,8 +77,10 @@ def test_a_stale_or_unknown_block_is_detected(tmp_path):
     md = tmp_path / "page.md"
     md.write_text(f"<!-- figure:cost -->\n{good}\n<!-- /figure -->\n")
     assert docs_figures.problems(ROOT, [md]) == []
-    md.write_text(f"<!-- figure:cost -->\n{good.replace('3072', '3071', 1)}\n<!-- /figure -->\n"
-                  "<!-- figure:no-such-figure -->\n42 ms\n<!-- /figure -->\n")
+    md.write_text(
+        f"<!-- figure:cost -->\n{good.replace('3072', '3071', 1)}\n<!-- /figure -->\n"
+        "<!-- figure:no-such-figure -->\n42 ms\n<!-- /figure -->\n"
+    )
     bad = docs_figures.problems(ROOT, [md])
     assert len(bad) == 2 and "'cost' is stale" in bad[0] and "unknown figure 'no-such-figure'" in bad[1]
 
@@ -110,9 +111,11 @@ def test_referee_tables_are_read_from_the_shipped_summaries(tmp_path):
 
 
 def test_typed_figure_pattern_catches_figures_and_spares_code_and_ci():
-    text = ("took 13.8 % and 4.7 s, 1,077 km, 2.9× faster, 20 Mb/s\n"
-            "a `19.54 Mb/s` span, the 95 % CI, [a](x/3.5%.md)\n```\n93 s\n```\n"
-            "<!-- figure:cost -->\n12 ms\n<!-- /figure -->\nZCube(4,2) with 16 GPUs\n")
+    text = (
+        "took 13.8 % and 4.7 s, 1,077 km, 2.9× faster, 20 Mb/s\n"
+        "a `19.54 Mb/s` span, the 95 % CI, [a](x/3.5%.md)\n```\n93 s\n```\n"
+        "<!-- figure:cost -->\n12 ms\n<!-- /figure -->\nZCube(4,2) with 16 GPUs\n"
+    )
     assert [f for _, f in typed_figures(text)] == ["13.8 %", "4.7 s", "1,077 km", "2.9×", "20 Mb/s"]
 
 
@@ -144,8 +147,11 @@ def prose_lines_keep_links(text: str, code: bool = True):
 def anchors(page: Path) -> set[str]:
     """The heading anchors a forge gives a Markdown page (GitHub's rule: lower case, punctuation dropped,
     spaces to hyphens)."""
-    heads = [line.lstrip("#").strip() for _, line in prose_lines_keep_links(page.read_text(), code=False)
-             if line.startswith("#")]
+    heads = [
+        line.lstrip("#").strip()
+        for _, line in prose_lines_keep_links(page.read_text(), code=False)
+        if line.startswith("#")
+    ]
     return {re.sub(r"[^\w\- ]", "", h.lower()).replace(" ", "-") for h in heads}
 
 

@@ -29,7 +29,7 @@ def test_clopper_pearson_against_textbook_values():
 def test_order_statistic_median_interval():
     c = draws.median_interval(range(1, 21))  # n = 20: [x_(6), x_(15)], coverage 1 - 2 P(Bin(20, 1/2) <= 5)
     assert (c["lo"], c["hi"], c["median"]) == (6, 15, 10.5)
-    assert c["coverage"] == pytest.approx(1 - 2 * sum(math.comb(20, i) for i in range(6)) / 2 ** 20)
+    assert c["coverage"] == pytest.approx(1 - 2 * sum(math.comb(20, i) for i in range(6)) / 2**20)
     c = draws.median_interval([25.1, 25.1, 3.7, 25.1, 25.1])  # n = 5 cannot reach 95 %: [min, max] at 93.75 %
     assert (c["lo"], c["hi"], c["median"], c["coverage"]) == (3.7, 25.1, 25.1, 0.9375)
     assert draws.median_interval([None, float("nan")])["median"] is None
@@ -55,9 +55,16 @@ def _default_schedules(repeats=5, over=()):
         ports = {p.name: p for p in fr.fabric.ports}
         reps = []
         for rep in fr.repeats:
-            msgs = [{"src_port": m.src_port, "dst_port": m.dst_port, "size_bytes": m.size_bytes,
-                     "t_due_ns": int(rep.plan.transfers[m.transfer].t_post_s * 1e9),
-                     "sport": rep.qps[(m.src_port, m.dst_port)]} for m in rep.messages]
+            msgs = [
+                {
+                    "src_port": m.src_port,
+                    "dst_port": m.dst_port,
+                    "size_bytes": m.size_bytes,
+                    "t_due_ns": int(rep.plan.transfers[m.transfer].t_post_s * 1e9),
+                    "sport": rep.qps[(m.src_port, m.dst_port)],
+                }
+                for m in rep.messages
+            ]
             rate = {s: scaled_rate_bps(ports[s].rate_bps, fr.emulation) for s in {m["src_port"] for m in msgs}}
             reps.append((msgs, rate))
         out[label] = (fr.fabric, reps)
@@ -90,7 +97,7 @@ def test_the_models_probability_for_roft():
 def test_a_schedule_without_overlap_never_collides():
     fab, reps = _default_schedules(1)["roft"]
     msgs, rate = reps[0]
-    apart = [dict(m, t_due_ns=i * 10 ** 10) for i, m in enumerate(msgs)]  # one message at a time
+    apart = [dict(m, t_due_ns=i * 10**10) for i, m in enumerate(msgs)]  # one message at a time
     assert draws.collision_probability(fab, apart, rate) == 0.0
 
 
@@ -157,8 +164,10 @@ def test_the_report_on_a_recorded_bimodal_run_shows_both_modes_and_their_frequen
     assert d["modes"]["collision"]["repeats"] == [0, 1, 2] and d["modes"]["no collision"]["repeats"] == [3]
     p50 = d["modes"]["collision"]["kv_p50_real_s"]
     assert p50["median"] == pytest.approx(sorted(r["kv_transfer_real_s"]["p50"] for r in hit)[1])
-    assert (p50["lo"], p50["hi"]) == (min(r["kv_transfer_real_s"]["p50"] for r in hit),
-                                      max(r["kv_transfer_real_s"]["p50"] for r in hit))
+    assert (p50["lo"], p50["hi"]) == (
+        min(r["kv_transfer_real_s"]["p50"] for r in hit),
+        max(r["kv_transfer_real_s"]["p50"] for r in hit),
+    )
     text = (run / "report.md").read_text()
     model = f"{100 * d['model_probability']:.1f} %"
     assert f"| roft | 3 of 4 | 75 % ({100 * lo:.0f}–{100 * hi:.0f} %) | {model} | collision | 3 | " in text

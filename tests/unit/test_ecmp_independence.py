@@ -35,8 +35,9 @@ def oracle_max_util(fab, traffic, seed):
     return (load / np.repeat(fab.link_rate_bps, 2)).max()
 
 
-@pytest.mark.parametrize("spec", ["roft:gpus=1024,radix=32",
-                                  pytest.param("roft:gpus=16384,radix=128", marks=pytest.mark.slow)])
+@pytest.mark.parametrize(
+    "spec", ["roft:gpus=1024,radix=32", pytest.param("roft:gpus=16384,radix=128", marks=pytest.mark.slow)]
+)
 def test_ecmp_matches_independent_per_hop_choice(spec):
     fab = build_fabric(spec)
     assert fab.params["tiers"] == 3

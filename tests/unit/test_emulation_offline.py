@@ -22,9 +22,15 @@ def test_no_delay_or_loss_options_exist():
         EmulationConfig(delay_ms=1.0)
 
 
-@pytest.mark.parametrize("kw, message", [({"mtu_bytes": 100}, "mtu_bytes"), ({"queue_limit_pkts": 0}, "queue_limit"),
-                                         ({"rate_scale": 0}, "rate_scale must be > 0"),
-                                         ({"rate_scale": 1e-10}, "below 0.1 Mb/s")])
+@pytest.mark.parametrize(
+    "kw, message",
+    [
+        ({"mtu_bytes": 100}, "mtu_bytes"),
+        ({"queue_limit_pkts": 0}, "queue_limit"),
+        ({"rate_scale": 0}, "rate_scale must be > 0"),
+        ({"rate_scale": 1e-10}, "below 0.1 Mb/s"),
+    ],
+)
 def test_bad_settings(kw, message):
     with pytest.raises(EmulationError, match=message):
         EmulationConfig(**kw).validate(Z4)
@@ -74,9 +80,13 @@ def test_wiring_compare_names_both_ends_of_a_swap():
     seen |= {frozenset({"za0-p5", "zb1-p6"}), frozenset({"za1-p6", "zb0-p5"})}
     rep = compare(bp, seen)
     assert not rep["ok"] and rep["missing"] == [] and rep["extra"] == []
-    assert rep["swapped"] == [{"expected": ["za0-p5 <-> zb0-p5", "za1-p6 <-> zb1-p6"],
-                               "found": ["za0-p5 <-> zb1-p6", "za1-p6 <-> zb0-p5"],
-                               "cables": ["za0-p5 <-> zb0-p5", "za1-p6 <-> zb1-p6"]}]  # no patch list: by port
+    assert rep["swapped"] == [
+        {
+            "expected": ["za0-p5 <-> zb0-p5", "za1-p6 <-> zb1-p6"],
+            "found": ["za0-p5 <-> zb1-p6", "za1-p6 <-> zb0-p5"],
+            "cables": ["za0-p5 <-> zb0-p5", "za1-p6 <-> zb1-p6"],
+        }
+    ]  # no patch list: by port
     # with the patch list of the fabric's layout, cables are named by id and rack position
     from testbed.fabric import layout
 
@@ -94,9 +104,11 @@ def test_wiring_compare_names_both_ends_of_a_swap():
 
 
 def test_discovered_from_lldp_records():
-    recs = [{"src": "za0", "src_port": 5, "dst": "zb0", "dst_port": 5},
-            {"src": "zb0", "src_port": 5, "dst": "za0", "dst_port": 5},
-            {"src": None, "src_port": 1, "dst": "za0", "dst_port": 2}]
+    recs = [
+        {"src": "za0", "src_port": 5, "dst": "zb0", "dst_port": 5},
+        {"src": "zb0", "src_port": 5, "dst": "za0", "dst_port": 5},
+        {"src": None, "src_port": 1, "dst": "za0", "dst_port": 2},
+    ]
     assert discovered(recs) == {frozenset({"za0-p5", "zb0-p5"})}
 
 
@@ -121,13 +133,19 @@ def test_nic_cables_are_checked_and_a_swap_names_both_gpu_ports():
     z6 = build_fabric("zcube:n=6")
     assert len(blueprint(z6)) == 108
     bp = blueprint(Z4)
-    recs = [{"src_host_port": "g0-p0", "dst": "za0", "dst_port": 2},
-            {"src_host_port": "g1-p0", "dst": "za0", "dst_port": 1}]
+    recs = [
+        {"src_host_port": "g0-p0", "dst": "za0", "dst_port": 2},
+        {"src_host_port": "g1-p0", "dst": "za0", "dst_port": 1},
+    ]
     seen = (bp - {frozenset({"g0-p0", "za0-p1"}), frozenset({"g1-p0", "za0-p2"})}) | discovered(recs)
     rep = compare(bp, seen)
-    assert rep["swapped"] == [{"expected": ["g0-p0 <-> za0-p1", "g1-p0 <-> za0-p2"],
-                               "found": ["g0-p0 <-> za0-p2", "g1-p0 <-> za0-p1"],
-                               "cables": ["g0-p0 <-> za0-p1", "g1-p0 <-> za0-p2"]}]
+    assert rep["swapped"] == [
+        {
+            "expected": ["g0-p0 <-> za0-p1", "g1-p0 <-> za0-p2"],
+            "found": ["g0-p0 <-> za0-p2", "g1-p0 <-> za0-p1"],
+            "cables": ["g0-p0 <-> za0-p1", "g1-p0 <-> za0-p2"],
+        }
+    ]
 
 
 def test_host_lldp_frame_is_what_the_controller_parses():
@@ -150,6 +168,10 @@ def test_controller_frameworks_run_the_same_app(tmp_path, monkeypatch):
         up.controller_command("ryu", tmp_path, 6653, [])
     (tmp_path / "py").write_text("")
     monkeypatch.setattr(up, "RYU_PYTHON", tmp_path / "py")
-    assert up.controller_command("ryu", tmp_path, 7000, [])[:3] == [str(tmp_path / "py"), "-m", "controllers.launch_ryu"]
+    assert up.controller_command("ryu", tmp_path, 7000, [])[:3] == [
+        str(tmp_path / "py"),
+        "-m",
+        "controllers.launch_ryu",
+    ]
     with pytest.raises(EmulationError, match="valid: os-ken, ryu"):
         up.controller_command("nox", tmp_path, 6653, [])

@@ -10,8 +10,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from testbed.fabric import Fabric, build_fabric
-from testbed.fabric import kinds
+from testbed.fabric import Fabric, build_fabric, kinds
 from testbed.fabric.load import estimate, pattern
 from testbed.fabric.openflow import flow_entries, match_flow_entries
 from testbed.fabric.paths import forwarding_tables, route, walk
@@ -63,8 +62,11 @@ def test_toy_kind_load_estimate_matches_a_hand_count(toy):
     1,600 Gb/s between them and the hotter one is at >= 2.0."""
     fab = build_fabric("toy:gpus=8")
     res = estimate(fab, pattern(fab, "rank-shifted"), seed=3)
-    up = [2 * l.id + (0 if fab.nodes[fab.ports[l.a].node].tier == 1 else 1)
-          for l in fab.links if l.kind == "fabric" and fab.nodes[fab.ports[l.a].node].segment == 0]
+    up = [
+        2 * l.id + (0 if fab.nodes[fab.ports[l.a].node].tier == 1 else 1)
+        for l in fab.links
+        if l.kind == "fabric" and fab.nodes[fab.ports[l.a].node].segment == 0
+    ]
     assert res.load_bps[up].sum() == pytest.approx(4 * 400e9)
     assert res.util.max() >= 2.0
     w = walk(fab, np.arange(4), np.arange(4, 8), np.full(4, 50000))
@@ -85,8 +87,15 @@ def _dispatch_pattern(names: list[str]) -> re.Pattern:
 
 def test_the_guard_catches_every_form_of_dispatch():
     pat = _dispatch_pattern(["zcube", "roft"])
-    for line in ('if fab.kind == "zcube":', "if 'roft' != k:", 'if k in ("zcube", "roft"):', 'if k in ["roft"]:',
-                 'if "zcube" in out["fabrics"]:', "if 'roft' not in labels:", 'z = out["fabrics"]["zcube"]'):
+    for line in (
+        'if fab.kind == "zcube":',
+        "if 'roft' != k:",
+        'if k in ("zcube", "roft"):',
+        'if k in ["roft"]:',
+        'if "zcube" in out["fabrics"]:',
+        "if 'roft' not in labels:",
+        'z = out["fabrics"]["zcube"]',
+    ):
         assert pat.search(line), line
     for line in ('DEFAULT = {"zcube": "zcube:n=4"}', 'label = "zcube-like"', "kind = kinds.get(name)"):
         assert not pat.search(line), line

@@ -54,6 +54,7 @@ def test_the_recorded_repeat_is_valid(run):
 
 # ---- CPU: an unreadable pid ----------------------------------------------------------------------------
 
+
 @pytest.mark.parametrize("which", ["one", "all"])
 def test_an_unreadable_pid_voids(run, which):
     path = _raw(run, "roft") / "cpu.jsonl"
@@ -74,6 +75,7 @@ def test_no_cpu_samples_voids(run):
 
 
 # ---- drop counters: failed reads, unknown formats, a missing drops.json -------------------------------
+
 
 class _Done:
     def __init__(self, stdout="", returncode=0, stderr=""):
@@ -112,8 +114,10 @@ def _fake_ovs(monkeypatch, fab, fail=None, garble=None):
         if argv[0] == "ss":
             if garble == "ss":
                 return "Netid Recv-Q Send-Q\n"
-            return "".join(f"p_raw 0 0 *:{n} * users:((\"ovs-vswitchd\",pid=77,fd=3)) skmem:(r0,rb1,t0,tb2,f0,w0,o0,bl0,d4)\n"
-                           for n in ports)
+            return "".join(
+                f'p_raw 0 0 *:{n} * users:(("ovs-vswitchd",pid=77,fd=3)) skmem:(r0,rb1,t0,tb2,f0,w0,o0,bl0,d4)\n'
+                for n in ports
+            )
         if argv[1] == "coverage/show":
             return "Event coverage, avg rate over last: 5 seconds, last minute, last hour,  hash=1:\n"
         if argv[1] == "dpctl/show":
@@ -131,16 +135,19 @@ def test_the_fake_counters_read_clean(monkeypatch):
     assert snap["unreadable"] == [] and snap["ovs_sockets"] and sum(snap["ovs_sockets"].values()) > 0
 
 
-@pytest.mark.parametrize("fail, garble, want", [
-    ("ip", None, "host ports of g0: ip -s -j link show in g0 failed"),
-    ("tc", None, "host qdiscs of g0: tc -s -j qdisc show in g0 failed"),
-    ("ss", None, "OVS packet sockets: ss -0 -m -n -p failed"),
-    ("ovs-appctl", None, "OVS datapath: ovs-appctl coverage/show failed"),
-    (None, "dpctl", "no 'lost:' field"),
-    (None, "ss", "interfaces missing from the output"),
-    (None, "ip", "ip -s -j link: no stats"),
-    (None, "tc", "tc -s -j qdisc in g0: 1 interfaces missing"),
-])
+@pytest.mark.parametrize(
+    "fail, garble, want",
+    [
+        ("ip", None, "host ports of g0: ip -s -j link show in g0 failed"),
+        ("tc", None, "host qdiscs of g0: tc -s -j qdisc show in g0 failed"),
+        ("ss", None, "OVS packet sockets: ss -0 -m -n -p failed"),
+        ("ovs-appctl", None, "OVS datapath: ovs-appctl coverage/show failed"),
+        (None, "dpctl", "no 'lost:' field"),
+        (None, "ss", "interfaces missing from the output"),
+        (None, "ip", "ip -s -j link: no stats"),
+        (None, "tc", "tc -s -j qdisc in g0: 1 interfaces missing"),
+    ],
+)
 def test_a_failed_or_unknown_counter_read_is_recorded_not_zero(monkeypatch, fail, garble, want):
     fab = Fabric.load(MINI / "roft" / "fabric.json")
     _fake_ovs(monkeypatch, fab, fail=fail, garble=garble)
@@ -151,11 +158,15 @@ def test_a_failed_or_unknown_counter_read_is_recorded_not_zero(monkeypatch, fail
 
 
 def test_an_unreadable_counter_voids_the_repeat(run):
-    _edit_json(_raw(run, "roft") / "drops.json",
-               lambda d: dict(d, unreadable=["after: host ports of g3: ip -s -j link show in g3 failed (1)"]))
+    _edit_json(
+        _raw(run, "roft") / "drops.json",
+        lambda d: dict(d, unreadable=["after: host ports of g3: ip -s -j link show in g3 failed (1)"]),
+    )
     reasons = _repeat(run)["fidelity"]["reasons"]
-    assert any(r.startswith("drop rule cannot read its input: drop counters unreadable: after: host ports of g3")
-               for r in reasons), reasons
+    assert any(
+        r.startswith("drop rule cannot read its input: drop counters unreadable: after: host ports of g3")
+        for r in reasons
+    ), reasons
 
 
 def test_a_missing_drops_json_voids(run):
@@ -166,16 +177,19 @@ def test_a_missing_drops_json_voids(run):
 
 # ---- retransmissions are explained on the QP's own path ------------------------------------------------
 
+
 def _retransmit(run, label, qp, n=7):
     def f(d):
         d["qps"][qp]["requester"]["retransmits"] = n
         return d
+
     _edit_json(_raw(run, label) / "counters.json", f)
 
 
 def _ports_on(fab, q):
     """Switch egress ports on the QP's data path (the model's walk)."""
     from testbed.fabric.paths import walk
+
     ids = {p.name: p.id for p in fab.ports}
     w = walk(fab, [ids[q["src"]]], [ids[q["dst"]]], [q["sport"]])
     return [fab.ports[int(p)].name for p in w.out_ports[0] if p >= 0]
@@ -185,14 +199,16 @@ def test_a_queue_drop_elsewhere_does_not_explain_a_retransmission(run):
     fab = Fabric.load(run / "roft" / "fabric.json")
     qps = json.loads((_raw(run, "roft") / "counters.json").read_text())["qps"]
     on0 = set(_ports_on(fab, qps[0]))
-    other = next(i for i, q in enumerate(qps) if not set(_ports_on(fab, q)) & on0
-                 and not {q["src"], q["dst"]} & {qps[0]["src"], qps[0]["dst"]})
+    other = next(
+        i
+        for i, q in enumerate(qps)
+        if not set(_ports_on(fab, q)) & on0 and not {q["src"], q["dst"]} & {qps[0]["src"], qps[0]["dst"]}
+    )
     _retransmit(run, "roft", 0)
     _retransmit(run, "roft", other)
     # a drop on QP 0's own path (its first switch's egress toward the fabric), counted by OVS
     port = _ports_on(fab, qps[0])[0]
-    _edit_json(_raw(run, "roft") / "drops.json",
-               lambda d: dict(d, delta=dict(d["delta"], ovs_port_counters={port: 2})))
+    _edit_json(_raw(run, "roft") / "drops.json", lambda d: dict(d, delta=dict(d["delta"], ovs_port_counters={port: 2})))
     m = _repeat(run)
     (bad,) = [r for r in m["fidelity"]["reasons"] if "no drop counter explains" in r]
     assert f"QP {qps[other]['src']}->{qps[other]['dst']}" in bad and f"QP {qps[0]['src']}->" not in bad
@@ -214,6 +230,7 @@ def test_a_drop_on_the_qps_own_path_explains_it(run, monkeypatch):
 
 # ---- failure runs keep every loss rule -----------------------------------------------------------------
 
+
 def _as_failure_run(run, label="roft", events=None):
     """Turn the recorded repeat into a failure run: failures.json from the model, an injector record of the
     cut (mid-replay), the links restored at the end. Returns (fabric, failures doc, the cut's cable)."""
@@ -222,21 +239,45 @@ def _as_failure_run(run, label="roft", events=None):
     if events is None:  # the first leaf-spine cable QP 0's path crosses
         ids = {p.name: p.id for p in fab.ports}
         from testbed.fabric.paths import walk
+
         w = walk(fab, [ids[qps[0]["src"]]], [ids[qps[0]["dst"]]], [qps[0]["sport"]])
-        cable = next(int(d) // 2 for d in w.dlinks[0][1:] if d >= 0
-                     and all(fab.nodes[fab.ports[int(p)].node].role == "switch" for p in fab.link_ends[int(d) // 2]))
+        cable = next(
+            int(d) // 2
+            for d in w.dlinks[0][1:]
+            if d >= 0 and all(fab.nodes[fab.ports[int(p)].node].role == "switch" for p in fab.link_ends[int(d) // 2])
+        )
         a, b = (fab.nodes[fab.ports[int(p)].node].name for p in fab.link_ends[cable])
         events = [{"at_emulated_s": 1.0, "action": "down", "target": f"cable:{a},{b}"}]
-    doc = failplan.document(fab, events, "controller", {"probe_hz": 10, "probe_window": 10, "probe_min_lost": 3,
-                                                        "probe_timeout_s": 1.5, "poll_s": 0})
+    doc = failplan.document(
+        fab,
+        events,
+        "controller",
+        {"probe_hz": 10, "probe_window": 10, "probe_min_lost": 3, "probe_timeout_s": 1.5, "poll_s": 0},
+    )
     (run / label / "failures.json").write_text(json.dumps(doc))
     t0 = json.loads((_raw(run, label) / "run_clock.json").read_text())["t0_ns"]
     step = doc["steps"][0]
-    recs = [{"t_ns": t0 + 10**9, "t_planned_ns": t0 + 10**9, "action": step["action"], "target": step["target"],
-             "event": 0, "links": step["links"], "ifaces": step["ifaces"], "t_done_ns": t0 + 10**9 + 1000,
-             "operstate": {i: "DOWN" for i in step["ifaces"]}},
-            {"t_ns": t0 + 2 * 10**9, "action": "restore", "ifaces_up": step["ifaces"], "gray_dropped": {},
-             "t_done_ns": t0 + 2 * 10**9, "errors": []}]
+    recs = [
+        {
+            "t_ns": t0 + 10**9,
+            "t_planned_ns": t0 + 10**9,
+            "action": step["action"],
+            "target": step["target"],
+            "event": 0,
+            "links": step["links"],
+            "ifaces": step["ifaces"],
+            "t_done_ns": t0 + 10**9 + 1000,
+            "operstate": {i: "DOWN" for i in step["ifaces"]},
+        },
+        {
+            "t_ns": t0 + 2 * 10**9,
+            "action": "restore",
+            "ifaces_up": step["ifaces"],
+            "gray_dropped": {},
+            "t_done_ns": t0 + 2 * 10**9,
+            "errors": [],
+        },
+    ]
     (_raw(run, label) / "injections.jsonl").write_text("".join(json.dumps(r) + "\n" for r in recs))
     return fab, doc, doc["states"][0]["down_links"]
 
@@ -248,9 +289,12 @@ def test_a_failure_run_excuses_and_counts_only_the_failed_cables_loss(run):
     assert hit[0]
     _retransmit(run, "roft", 0)  # explained by the cut it crosses
     iface = doc["steps"][0]["ifaces"][0]
-    _edit_json(_raw(run, "roft") / "drops.json",
-               lambda d: dict(d, delta=dict(d["delta"], ovs_port_counters={iface: 9},
-                                            ovs_datapath={"datapath_drop_upcall_error": 2})))
+    _edit_json(
+        _raw(run, "roft") / "drops.json",
+        lambda d: dict(
+            d, delta=dict(d["delta"], ovs_port_counters={iface: 9}, ovs_datapath={"datapath_drop_upcall_error": 2})
+        ),
+    )
     m = _repeat(run)
     assert m["failures_injected"] and m["fidelity"] == {"valid": True, "reasons": []}, m["fidelity"]
     assert m["drops_excused"] == {"failed cables' interfaces": 9, "ovs datapath": 2}
@@ -263,8 +307,10 @@ def test_a_failure_run_still_voids_loss_elsewhere(run):
     hit = crossing(fab, [(q["src"], q["dst"], q["sport"]) for q in qps], down)
     unhit = hit.index(False)
     _retransmit(run, "roft", unhit)  # a QP the failure did not touch lost frames: nothing on its path explains it
-    _edit_json(_raw(run, "roft") / "drops.json",
-               lambda d: dict(d, delta=dict(d["delta"], host_qdiscs={qps[hit.index(True)]["src"]: 4})))
+    _edit_json(
+        _raw(run, "roft") / "drops.json",
+        lambda d: dict(d, delta=dict(d["delta"], host_qdiscs={qps[hit.index(True)]["src"]: 4})),
+    )
     reasons = _repeat(run)["fidelity"]["reasons"]
     assert any(r.startswith("frames dropped outside a switch egress queue: 4 at host qdiscs") for r in reasons)
     assert any("no drop counter explains" in r and qps[unhit]["src"] in r for r in reasons), reasons
@@ -276,12 +322,24 @@ def test_probe_bytes_are_allowed_on_switch_to_switch_ports_only(run):
     assert fd.probe_bytes_bound("l0r0-p3", 10.0) == 0  # no failure plan: no probes
     _as_failure_run(run)
     fd = FabricData(run / "roft", exp["fabrics"]["roft"], 0)
-    fabric_port = next(p.name for p in fd.fabric.ports if fd.fabric.port_link[p.id] >= 0 and all(
-        fd.fabric.nodes[fd.fabric.ports[int(e)].node].role == "switch" for e in fd.fabric.link_ends[fd.fabric.port_link[p.id]]))
-    gpu_facing = next(p.name for p in fd.fabric.ports if fd.fabric.nodes[p.node].role == "switch"
-                      and fd.fabric.port_link[p.id] >= 0 and p.name != fabric_port
-                      and fd.fabric.nodes[fd.fabric.ports[int(fd.fabric.link_ends[fd.fabric.port_link[p.id]][0])].node].role
-                      != "switch")
+    fabric_port = next(
+        p.name
+        for p in fd.fabric.ports
+        if fd.fabric.port_link[p.id] >= 0
+        and all(
+            fd.fabric.nodes[fd.fabric.ports[int(e)].node].role == "switch"
+            for e in fd.fabric.link_ends[fd.fabric.port_link[p.id]]
+        )
+    )
+    gpu_facing = next(
+        p.name
+        for p in fd.fabric.ports
+        if fd.fabric.nodes[p.node].role == "switch"
+        and fd.fabric.port_link[p.id] >= 0
+        and p.name != fabric_port
+        and fd.fabric.nodes[fd.fabric.ports[int(fd.fabric.link_ends[fd.fabric.port_link[p.id]][0])].node].role
+        != "switch"
+    )
     assert fd.probe_bytes_bound(fabric_port, 10.0) == (10 * 10.0 + 2) * 72
     assert fd.probe_bytes_bound(gpu_facing, 10.0) == 0
 
@@ -289,14 +347,20 @@ def test_probe_bytes_are_allowed_on_switch_to_switch_ports_only(run):
 def test_frames_to_the_controller_are_counted_not_data_loss(run):
     """OVS's datapath_drop_userspace_action_error counts frames on their way to the controller (link probes;
     thousands per failure e2e run, one per probe): counted, never data loss. Another datapath drop voids."""
-    _edit_json(_raw(run, "roft") / "drops.json",
-               lambda d: dict(d, delta=dict(d["delta"], ovs_datapath={"datapath_drop_userspace_action_error": 300})))
+    _edit_json(
+        _raw(run, "roft") / "drops.json",
+        lambda d: dict(d, delta=dict(d["delta"], ovs_datapath={"datapath_drop_userspace_action_error": 300})),
+    )
     m = _repeat(run)
     assert m["fidelity"]["valid"] and m["drops_excused"] == {"frames to the controller (link probes)": 300}
-    _edit_json(_raw(run, "roft") / "drops.json",
-               lambda d: dict(d, delta=dict(d["delta"], ovs_datapath={"datapath_drop_upcall_error": 3})))
-    assert any(r.startswith("frames dropped outside a switch egress queue: 3 at ovs datapath")
-               for r in _repeat(run)["fidelity"]["reasons"])
+    _edit_json(
+        _raw(run, "roft") / "drops.json",
+        lambda d: dict(d, delta=dict(d["delta"], ovs_datapath={"datapath_drop_upcall_error": 3})),
+    )
+    assert any(
+        r.startswith("frames dropped outside a switch egress queue: 3 at ovs datapath")
+        for r in _repeat(run)["fidelity"]["reasons"]
+    )
 
 
 def test_a_failure_run_compares_link_bytes_on_untouched_ports(run):
@@ -307,12 +371,14 @@ def test_a_failure_run_compares_link_bytes_on_untouched_ports(run):
     doc = json.loads((run / "roft" / "failures.json").read_text())
     hit = crossing(fab, [(q["src"], q["dst"], q["sport"]) for q in qps], doc["states"][0]["down_links"])
     untouched = next(q for q, h in zip(qps, hit) if not h)
+
     # misroute an untouched QP: its bytes counted twice by the model (the agent says it sent twice as much)
     def double(d):
         for q in d["qps"]:
             if q["qp"] == untouched["qp"]:
                 q["requester"]["bytes"] *= 3
         return d
+
     _edit_json(_raw(run, "roft") / "counters.json", double)
     m = _repeat(run)
     assert m0["fidelity"]["valid"]
@@ -320,6 +386,7 @@ def test_a_failure_run_compares_link_bytes_on_untouched_ports(run):
 
 
 # ---- calibration ---------------------------------------------------------------------------------------
+
 
 def test_a_missing_calibration_is_printed_uncalibrated(run):
     _edit_json(run / "roft" / "run.json", lambda d: {k: v for k, v in d.items() if k != "calibration"})
@@ -332,6 +399,7 @@ def test_a_missing_calibration_is_printed_uncalibrated(run):
 
 
 # ---- cleanup commands raise ----------------------------------------------------------------------------
+
 
 def test_a_failed_nft_delete_raises_and_is_recorded(tmp_path, monkeypatch):
     from testbed.emulation import inject
@@ -397,8 +465,9 @@ def test_a_link_that_survives_its_deletion_raises(monkeypatch, tmp_path):
 
     calls = []
     monkeypatch.setattr(clean, "run", lambda argv, **kw: calls.append(argv) or "")
-    rec = SimpleNamespace(run_id="r1", resources=[{"type": "link", "name": "zl-a", "ifindex": 7}],
-                          path=tmp_path / "r1.jsonl")
+    rec = SimpleNamespace(
+        run_id="r1", resources=[{"type": "link", "name": "zl-a", "ifindex": 7}], path=tmp_path / "r1.jsonl"
+    )
     monkeypatch.setattr(clean, "_ifindex", lambda name: 7)  # the delete did nothing
     with pytest.raises(CommandError, match="ip link del zl-a: the link is still there"):
         clean.clean_run(rec)

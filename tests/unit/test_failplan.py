@@ -30,19 +30,34 @@ def all_flows(fab):
 
 
 def test_expand_flap_and_timed_gray():
-    steps = failplan.expand([
-        {"at_emulated_s": 2.0, "action": "flap", "target": "cable:za0,zb0", "period_emulated_s": 1.0, "count": 2},
-        {"at_emulated_s": 0.5, "action": "gray", "target": "cable:za1,zb1", "loss_percent": 5, "duration_emulated_s": 4},
-    ])
+    steps = failplan.expand(
+        [
+            {"at_emulated_s": 2.0, "action": "flap", "target": "cable:za0,zb0", "period_emulated_s": 1.0, "count": 2},
+            {
+                "at_emulated_s": 0.5,
+                "action": "gray",
+                "target": "cable:za1,zb1",
+                "loss_percent": 5,
+                "duration_emulated_s": 4,
+            },
+        ]
+    )
     assert [(s.t_emulated_s, s.action) for s in steps] == [
-        (0.5, "gray"), (2.0, "down"), (2.5, "up"), (3.0, "down"), (3.5, "up"), (4.5, "clear")]
+        (0.5, "gray"),
+        (2.0, "down"),
+        (2.5, "up"),
+        (3.0, "down"),
+        (3.5, "up"),
+        (4.5, "clear"),
+    ]
     assert steps[0].loss_percent == 5
 
 
 def test_cable_state_tables_route_around_the_dead_cable():
     fab = build_fabric(Z)
-    doc = failplan.document(fab, [{"at_emulated_s": 1, "action": "down", "target": "cable:za0,zb0"}], "controller",
-                            DETECT, "zcube")
+    doc = failplan.document(
+        fab, [{"at_emulated_s": 1, "action": "down", "target": "cable:za0,zb0"}], "controller", DETECT, "zcube"
+    )
     (state,) = doc["states"]
     link = fab.links[state["down_links"][0]]
     dead = {(fab.nodes[fab.ports[p].node].name, fab.ports[p].number) for p in (link.a, link.b)}
@@ -69,8 +84,9 @@ def test_cable_state_tables_route_around_the_dead_cable():
 
 def test_switch_state_and_roft_spine():
     fab = build_fabric(R)
-    doc = failplan.document(fab, [{"at_emulated_s": 1, "action": "down", "target": "switch:sp0"}], "controller",
-                            DETECT, "roft")
+    doc = failplan.document(
+        fab, [{"at_emulated_s": 1, "action": "down", "target": "switch:sp0"}], "controller", DETECT, "roft"
+    )
     (state,) = doc["states"]
     assert state["failed_switches"] == ["sp0"] and "sp0" not in state["switches"]
     assert len(state["down_links"]) == 8  # one cable to each of the 8 leaves
@@ -81,17 +97,21 @@ def test_switch_state_and_roft_spine():
     for lf in (sw for sw in fab.switches if not sw.name.startswith("sp")):
         towards = {peer[(lf.id, e["out_port"])] for e in state["switches"][lf.name]}
         assert "sp0" not in towards and "sp1" in towards  # the ECMP groups shrank to the other spine
-    assert sorted(doc["steps"][0]["ifaces"]) == sorted(p.name for p in fab.ports if p.node == fab.node_by_name["sp0"].id
-                                                       and fab.port_link[p.id] >= 0)
+    assert sorted(doc["steps"][0]["ifaces"]) == sorted(
+        p.name for p in fab.ports if p.node == fab.node_by_name["sp0"].id and fab.port_link[p.id] >= 0
+    )
 
 
-@pytest.mark.parametrize("event, words", [
-    ({"at_emulated_s": 1, "action": "gray", "target": "cable:g0-p0", "loss_percent": 5}, "switch-to-switch"),
-    ({"at_emulated_s": 1, "action": "gray", "target": "cable:za0,zb0"}, "loss_percent"),
-    ({"at_emulated_s": 1, "action": "down", "target": "cable:za0,zb0", "loss_percent": 5}, "only for action gray"),
-    ({"at_emulated_s": 1, "action": "flap", "target": "cable:za0,zb0"}, "period_emulated_s"),
-    ({"at_emulated_s": 1, "action": "down", "target": "switch:nope"}, "no switch 'nope'"),
-])
+@pytest.mark.parametrize(
+    "event, words",
+    [
+        ({"at_emulated_s": 1, "action": "gray", "target": "cable:g0-p0", "loss_percent": 5}, "switch-to-switch"),
+        ({"at_emulated_s": 1, "action": "gray", "target": "cable:za0,zb0"}, "loss_percent"),
+        ({"at_emulated_s": 1, "action": "down", "target": "cable:za0,zb0", "loss_percent": 5}, "only for action gray"),
+        ({"at_emulated_s": 1, "action": "flap", "target": "cable:za0,zb0"}, "period_emulated_s"),
+        ({"at_emulated_s": 1, "action": "down", "target": "switch:nope"}, "no switch 'nope'"),
+    ],
+)
 def test_bad_events_name_the_problem(event, words):
     with pytest.raises(failplan.FailurePlanError, match=words):
         failplan.document(build_fabric(Z), [event], "controller", DETECT, "zcube")
@@ -99,8 +119,9 @@ def test_bad_events_name_the_problem(event, words):
 
 def test_host_recovery_needs_two_ports():
     with pytest.raises(failplan.FailurePlanError, match="one port"):
-        failplan.document(build_fabric(R), [{"at_emulated_s": 1, "action": "down", "target": "switch:sp0"}], "host",
-                          DETECT, "roft")
+        failplan.document(
+            build_fabric(R), [{"at_emulated_s": 1, "action": "down", "target": "switch:sp0"}], "host", DETECT, "roft"
+        )
 
 
 def test_spec_errors_and_busiest():
@@ -108,10 +129,16 @@ def test_spec_errors_and_busiest():
     with pytest.raises(ExperimentSpecError, match="failures.events: nope is not a fabric"):
         resolve(especs.load(None, base + ["failures.events={nope: []}"]))
     with pytest.raises(ExperimentSpecError, match="after the last transfer"):
-        resolve(especs.load(None, base + ['failures.events={zcube: [{at_emulated_s: 99, action: down, '
-                                          'target: "cable:za0,zb0"}]}']))
-    exp = resolve(especs.load(None, base + ['failures.events={zcube: [{at_emulated_s: 4, action: down, '
-                                            'target: "cable:busiest"}]}']))
+        resolve(
+            especs.load(
+                None, base + ['failures.events={zcube: [{at_emulated_s: 99, action: down, target: "cable:za0,zb0"}]}']
+            )
+        )
+    exp = resolve(
+        especs.load(
+            None, base + ['failures.events={zcube: [{at_emulated_s: 4, action: down, target: "cable:busiest"}]}']
+        )
+    )
     fr = exp.fabrics["zcube"]
     target = fr.failplan["steps"][0]["target"]
     assert target.startswith("cable:z") and exp.fabrics["roft"].failplan is None
@@ -133,8 +160,11 @@ def test_fast_failover_zcube_by_hand():
     mid = fab.nodes[fab.port_node[next(p for p in fab.ports if p.id == backup).id]]
     assert mid.name == "za0"  # the backup leaves za0 ...
     # ... toward a B switch that holds a pre-installed transit entry for g0-p1
-    peer_node = {fab.ports[l.b].node if fab.ports[l.a].id == backup else fab.ports[l.a].node
-                 for l in fab.links if backup in (l.a, l.b)}.pop()
+    peer_node = {
+        fab.ports[l.b].node if fab.ports[l.a].id == backup else fab.ports[l.a].node
+        for l in fab.links
+        if backup in (l.a, l.b)
+    }.pop()
     assert fab.nodes[peer_node].name in ("zb1", "zb2", "zb3")
     assert (H.switch_rows[peer_node], rail_g0) in prot["transit"]
 

@@ -89,10 +89,13 @@ def test_zcube_switch_failure_by_hand():
         assert res.lost_transfers == lost, policy
         if lost_sub is not None:
             assert res.lost_subflows == lost_sub, policy
-    both = estimate(Z4, Traffic("one", np.array([1]), np.array([5]), np.array([1e9])),
-                    degraded=fl.degrade(Z4, f, "both"))
-    path = {frozenset(Z4.nodes[Z4.ports[p].node].name for p in (Z4.links[d // 2].a, Z4.links[d // 2].b))
-            for d in np.nonzero(both.load_bps)[0]}
+    both = estimate(
+        Z4, Traffic("one", np.array([1]), np.array([5]), np.array([1e9])), degraded=fl.degrade(Z4, f, "both")
+    )
+    path = {
+        frozenset(Z4.nodes[Z4.ports[p].node].name for p in (Z4.links[d // 2].a, Z4.links[d // 2].b))
+        for d in np.nonzero(both.load_bps)[0]
+    }
     assert frozenset({"za0"}) not in path and any("za1" in p for p in path)  # g1 on A0 -> B_x -> A1 -> g5
 
 
@@ -105,8 +108,9 @@ def test_every_pair_survives_any_single_failure_with_both_repairs():
         for f in fl.single_failures(fab):
             res = estimate(fab, tr, degraded=fl.degrade(fab, f, "both"))
             assert res.lost_transfers == 0, f.describe(fab)
-            for lk in f.cables or [l.id for l in fab.links if
-                                   {fab.ports[l.a].node, fab.ports[l.b].node} & set(f.switches)]:
+            for lk in f.cables or [
+                l.id for l in fab.links if {fab.ports[l.a].node, fab.ports[l.b].node} & set(f.switches)
+            ]:
                 assert res.load_bps[2 * lk] == 0 and res.load_bps[2 * lk + 1] == 0
 
 
@@ -118,7 +122,7 @@ def test_zcube_detour_survives_every_single_fabric_cable():
             continue
         res = estimate(Z4, tr, degraded=fl.degrade(Z4, f, "detour"))
         assert res.lost_subflows == 0, f.describe(Z4)
-        w_ok = res.load_bps[2 * next(iter(f.cables)):2 * next(iter(f.cables)) + 2]
+        w_ok = res.load_bps[2 * next(iter(f.cables)) : 2 * next(iter(f.cables)) + 2]
         assert (w_ok == 0).all()  # nothing crosses the dead cable
 
 
@@ -127,8 +131,7 @@ def test_roft_spine_cable_removes_one_ecmp_member_everywhere():
     l0r0's GPUs (sp0 can no longer reach them) — all pairs delivered, none through the dead cable."""
     f = fl.parse(R16, ["cable:l0r0,sp0"])
     deg = fl.degrade(R16, f, "ecmp")
-    g_on_l0r0 = [g.id for g in R16.gpus if R16.attach_switch(g.id * R16.ports_per_gpu) ==
-                 R16.node_by_name["l0r0"].id]
+    g_on_l0r0 = [g.id for g in R16.gpus if R16.attach_switch(g.id * R16.ports_per_gpu) == R16.node_by_name["l0r0"].id]
     a, b = _all_pairs(R16)
     for sport in range(49152, 49152 + 64):
         w = walk(R16, src_port_id(R16, a, "nic"), dst_address(R16, a, "nic", b), sport, tables=deg.tables)
@@ -150,12 +153,15 @@ def test_roft_nic_cable_strands_its_gpu():
     assert res.lost_transfers == int(((a == 3) | (b == 3)).sum()) == 2 * 15
 
 
-@pytest.mark.parametrize("items, msg", [
-    (["switch:zz9"], "no switch 'zz9'"),
-    (["cable:za0,za1"], "no cable joins za0 and za1"),
-    (["cable:nothing"], "give a port"),
-    (["link:za0"], "expected cable:PORT"),
-])
+@pytest.mark.parametrize(
+    "items, msg",
+    [
+        (["switch:zz9"], "no switch 'zz9'"),
+        (["cable:za0,za1"], "no cable joins za0 and za1"),
+        (["cable:nothing"], "give a port"),
+        (["link:za0"], "expected cable:PORT"),
+    ],
+)
 def test_bad_failures_are_refused(items, msg):
     with pytest.raises(SpecError, match=msg):
         fl.parse(Z4, items)
@@ -175,8 +181,9 @@ def test_healthy_tables_are_untouched():
 
 
 @pytest.mark.slow
-@pytest.mark.parametrize("spec, policy", [("zcube:n=32,gpus_per_server=8", "both"),
-                                          ("roft:gpus=1024,radix=32,tiers=3", "ecmp")])
+@pytest.mark.parametrize(
+    "spec, policy", [("zcube:n=32,gpus_per_server=8", "both"), ("roft:gpus=1024,radix=32,tiers=3", "ecmp")]
+)
 def test_resilience_at_1024_gpus_is_exhaustive_and_fast(spec, policy):
     fab = build_fabric(spec)
     t0 = time.perf_counter()

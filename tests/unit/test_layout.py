@@ -63,8 +63,16 @@ def test_roft_16_by_hand():
     assert b["cables_by_medium"] == {"DAC": 0, "AEC": 16 + 1, "AOC": 15, "optics": 0}
 
 
-@pytest.mark.parametrize("spec", [ZCUBE, ROFT, "zcube:n=32,gpus_per_server=8", "roft:gpus=1024,radix=32,tiers=3",
-                                  "roft:gpus=1024,gpus_per_server=8,radix=64,tiers=2"])
+@pytest.mark.parametrize(
+    "spec",
+    [
+        ZCUBE,
+        ROFT,
+        "zcube:n=32,gpus_per_server=8",
+        "roft:gpus=1024,radix=32,tiers=3",
+        "roft:gpus=1024,gpus_per_server=8,radix=64,tiers=2",
+    ],
+)
 def test_every_cable_placed_once_within_the_tray_bounds(spec):
     fab = build_fabric(spec)
     c = L.Constraints()
@@ -76,8 +84,9 @@ def test_every_cable_placed_once_within_the_tray_bounds(spec):
     longest = 2 * (RACK_H + c.tray_above_rack_m) + lay.row_length_m + depth + c.slack_m
     for cb in lay.cables:
         assert c.slack_m <= cb.length_m <= longest + 1e-9
-        assert cb.medium == ("DAC" if cb.length_m <= 3 else "AEC" if cb.length_m <= 7 else
-                             "AOC" if cb.length_m <= 30 else "optics")
+        assert cb.medium == (
+            "DAC" if cb.length_m <= 3 else "AEC" if cb.length_m <= 7 else "AOC" if cb.length_m <= 30 else "optics"
+        )
     # racks: units and power within limits, no two devices overlap
     used = {}
     for node, p in lay.node_place.items():
@@ -124,14 +133,17 @@ def test_16384_gpu_layout_in_under_30_s(spec):
     assert b["cables"] == fab.counts()["cables"]
 
 
-@pytest.mark.parametrize("items, msg", [
-    (["racks=3"], "unknown constraint 'racks'"),
-    (["rack_units=-1"], "must be > 0"),
-    (["rack_units=4x"], "is not a int"),
-    (["dac_max_m=10"], "reach thresholds must grow"),
-    (["server_power_kw=50"], "not one server fits a rack"),
-    (["racks_per_row"], "is not key=value"),
-])
+@pytest.mark.parametrize(
+    "items, msg",
+    [
+        (["racks=3"], "unknown constraint 'racks'"),
+        (["rack_units=-1"], "must be > 0"),
+        (["rack_units=4x"], "is not a int"),
+        (["dac_max_m=10"], "reach thresholds must grow"),
+        (["server_power_kw=50"], "not one server fits a rack"),
+        (["racks_per_row"], "is not key=value"),
+    ],
+)
 def test_bad_constraints_are_refused(items, msg):
     with pytest.raises(SpecError, match=msg):
         L.Constraints.parse(items)

@@ -58,13 +58,16 @@ def test_rank_shifted_traffic_is_all_relayed_and_rail_aligned_none():
     assert shifted["maxmin_min_fraction_of_demand"] > 0
 
 
-@pytest.mark.parametrize("spec, msg", [
-    ("zcube-planes:planes=3,n=4,gpus_per_server=4", "divide gpus_per_server"),
-    ("zcube-planes:planes=2", "missing n"),
-    ("zcube-planes:planes=2,n=4,assign=wires", "valid: rank, nic"),
-    ("zcube-planes:planes=2,n=4,colour=red", "parameters are"),
-    ("zcube:n=4", "not a multi-plane spec"),
-])
+@pytest.mark.parametrize(
+    "spec, msg",
+    [
+        ("zcube-planes:planes=3,n=4,gpus_per_server=4", "divide gpus_per_server"),
+        ("zcube-planes:planes=2", "missing n"),
+        ("zcube-planes:planes=2,n=4,assign=wires", "valid: rank, nic"),
+        ("zcube-planes:planes=2,n=4,colour=red", "parameters are"),
+        ("zcube:n=4", "not a multi-plane spec"),
+    ],
+)
 def test_bad_specs_are_refused(spec, msg):
     with pytest.raises(SpecError, match=msg):
         multiplane.build(spec)

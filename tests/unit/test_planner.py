@@ -15,6 +15,7 @@ def capacity(tmp_path, monkeypatch):
 
     def set_(forwards_per_core_s):
         (tmp_path / "capacity.json").write_text(json.dumps({"forwards_per_core_s": forwards_per_core_s}))
+
     return set_
 
 
@@ -61,11 +62,14 @@ def test_capacity_curve_is_interpolated_at_the_runs_link_rate(tmp_path, monkeypa
     """ovs-vswitchd's capacity depends on the link rate (slow links: one frame per wake-up); the
     planner reads the measured curve at the rate a choice would give its links."""
     monkeypatch.setenv("ZLAB_STATE_DIR", str(tmp_path))
-    curve = [{"link_rate_mbps": 10.0, "forwards_per_core_s": 10000.0, "agent_frames_per_core_s": 15000.0},
-             {"link_rate_mbps": 100.0, "forwards_per_core_s": 40000.0, "agent_frames_per_core_s": 30000.0}]
-    (tmp_path / "capacity.json").write_text(json.dumps({"forwards_per_core_s": 10000.0,
-                                                        "agent_frames_per_core_s": 15000.0, "curve": curve}))
-    assert planner.capacity_at(10 ** 1.5) == pytest.approx((25000.0, 22500.0))  # halfway in log(rate)
+    curve = [
+        {"link_rate_mbps": 10.0, "forwards_per_core_s": 10000.0, "agent_frames_per_core_s": 15000.0},
+        {"link_rate_mbps": 100.0, "forwards_per_core_s": 40000.0, "agent_frames_per_core_s": 30000.0},
+    ]
+    (tmp_path / "capacity.json").write_text(
+        json.dumps({"forwards_per_core_s": 10000.0, "agent_frames_per_core_s": 15000.0, "curve": curve})
+    )
+    assert planner.capacity_at(10**1.5) == pytest.approx((25000.0, 22500.0))  # halfway in log(rate)
     assert planner.capacity_at(1.0) == pytest.approx((10000.0, 15000.0))  # clamped at the ends
     assert planner.capacity_at(1e4) == pytest.approx((40000.0, 30000.0))
     base = ["workload.requests=20", "repeats=3"]
@@ -81,8 +85,9 @@ def test_capacity_curve_is_interpolated_at_the_runs_link_rate(tmp_path, monkeypa
         worst = max(worst, max(ovs, agent, ovs + agent) / 0.7)
     assert worst == pytest.approx(1.0, rel=0.02)
     # a flat capacity at the curve's best point would have allowed a faster, CPU-bound run
-    (tmp_path / "capacity.json").write_text(json.dumps({"forwards_per_core_s": 40000.0,
-                                                        "agent_frames_per_core_s": 30000.0}))
+    (tmp_path / "capacity.json").write_text(
+        json.dumps({"forwards_per_core_s": 40000.0, "agent_frames_per_core_s": 30000.0})
+    )
     flat = planner.queue_faithful(resolve(especs.load(None, base)), budget_s=1e6)
     assert flat.rate_scale > 1.2 * c.rate_scale
 
@@ -111,13 +116,28 @@ def test_the_default_rate_is_capped_by_a_slow_machines_capacity(capacity, capsys
 
 def test_the_referee_evidence_nearest_the_size_scale_is_quoted(tmp_path, monkeypatch):
     def fab(p50, p99, emu_s, ns3_s):
-        return {"kv_p50_gap": p50, "kv_p99_gap": p99, "max_queue_delay_real_s": {"emu": emu_s, "ns3": ns3_s},
-                "max_queue_real_bytes": {"emu": 1.0, "ns3": 1.0}}
+        return {
+            "kv_p50_gap": p50,
+            "kv_p99_gap": p99,
+            "max_queue_delay_real_s": {"emu": emu_s, "ns3": ns3_s},
+            "max_queue_real_bytes": {"emu": 1.0, "ns3": 1.0},
+        }
+
     evidence = tmp_path / "evidence.json"
-    evidence.write_text(json.dumps({"entries": [
-        {"run": "run-coarse", "size_scale": 2.5e-4, "fabrics": {"a": fab(0.02, 0.01, 6e-4, 2e-7),
-                                                                 "b": fab(0.23, 0.07, 1e-2, 9e-6)}},
-        {"run": "run-fine", "size_scale": 0.0209, "fabrics": {"a": fab(0.01, 0.004, 8e-6, 2e-7)}}]}))
+    evidence.write_text(
+        json.dumps(
+            {
+                "entries": [
+                    {
+                        "run": "run-coarse",
+                        "size_scale": 2.5e-4,
+                        "fabrics": {"a": fab(0.02, 0.01, 6e-4, 2e-7), "b": fab(0.23, 0.07, 1e-2, 9e-6)},
+                    },
+                    {"run": "run-fine", "size_scale": 0.0209, "fabrics": {"a": fab(0.01, 0.004, 8e-6, 2e-7)}},
+                ]
+            }
+        )
+    )
     monkeypatch.setattr(planner, "EVIDENCE", evidence)
     coarse = planner.referee_note(2.5e-4)
     assert "run run-coarse" in coarse and "at this size scale" in coarse and "within 23 %" in coarse

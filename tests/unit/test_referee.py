@@ -60,15 +60,34 @@ def test_one_message_through_one_switch_is_exact(tmp_path):
 def test_udp_source_port_picks_the_bucket(tmp_path):
     """Two parallel cables s0 -> s1; s0's entries split by the lowest udp_src bit (as the
     controller's ECMP buckets do): even source ports take port 2, odd ones port 3."""
-    lines = ["node 0 g0 gpu", "node 1 g1 gpu", "node 2 s0 switch", "node 3 s1 switch",
-             f"port 0 0 0 g0-p0 1 {RATE} 1000", f"port 1 1 0 g1-p0 2 {RATE} 1000",
-             f"port 2 2 1 s0-p1 0 {RATE} 1000", f"port 3 2 2 s0-p2 0 {RATE} 1000", f"port 4 2 3 s0-p3 0 {RATE} 1000",
-             f"port 5 3 1 s1-p1 0 {RATE} 1000", f"port 6 3 2 s1-p2 0 {RATE} 1000", f"port 7 3 3 s1-p3 0 {RATE} 1000",
-             "link 0 2", "link 3 5", "link 4 6", "link 1 7",
-             f"entry 2 1000 1 {0xFFFFFFFF} 0 0 1", f"entry 2 500 2 {0xFFFFFFFF} 0 0 2",
-             f"entry 2 600 2 {0xFFFFFFFF} 0 1 2", f"entry 2 600 2 {0xFFFFFFFF} 1 1 3",
-             f"entry 3 1000 2 {0xFFFFFFFF} 0 0 3", f"entry 3 1000 1 {0xFFFFFFFF} 0 0 1",
-             "qp 0 0 1 50000", "qp 1 0 1 50001", "msg 0 0 0 8192", "msg 1 1 0 4096"]
+    lines = [
+        "node 0 g0 gpu",
+        "node 1 g1 gpu",
+        "node 2 s0 switch",
+        "node 3 s1 switch",
+        f"port 0 0 0 g0-p0 1 {RATE} 1000",
+        f"port 1 1 0 g1-p0 2 {RATE} 1000",
+        f"port 2 2 1 s0-p1 0 {RATE} 1000",
+        f"port 3 2 2 s0-p2 0 {RATE} 1000",
+        f"port 4 2 3 s0-p3 0 {RATE} 1000",
+        f"port 5 3 1 s1-p1 0 {RATE} 1000",
+        f"port 6 3 2 s1-p2 0 {RATE} 1000",
+        f"port 7 3 3 s1-p3 0 {RATE} 1000",
+        "link 0 2",
+        "link 3 5",
+        "link 4 6",
+        "link 1 7",
+        f"entry 2 1000 1 {0xFFFFFFFF} 0 0 1",
+        f"entry 2 500 2 {0xFFFFFFFF} 0 0 2",
+        f"entry 2 600 2 {0xFFFFFFFF} 0 1 2",
+        f"entry 2 600 2 {0xFFFFFFFF} 1 1 3",
+        f"entry 3 1000 2 {0xFFFFFFFF} 0 0 3",
+        f"entry 3 1000 1 {0xFFFFFFFF} 0 0 1",
+        "qp 0 0 1 50000",
+        "qp 1 0 1 50001",
+        "msg 0 0 0 8192",
+        "msg 1 1 0 4096",
+    ]
     msgs, ports, res = run_text(tmp_path, "\n".join(lines) + "\n")
     assert res.returncode == 0, res.stderr
     by = ports.set_index("port")["tx_bytes"]
@@ -82,8 +101,12 @@ def test_overflow_drops_and_go_back_n_recovers(tmp_path):
     burst from a second sender joining it ten and a half frames in: frames are dropped, the
     stream's later packets reveal the gap, the responder NAKs, the requester goes back to the
     missing PSN, and every byte arrives."""
-    lines = star(3, switch_queue=2) + ["qp 0 0 2 50000", "qp 1 1 2 50001", f"msg 0 0 0 {100 * 4096}",
-                                       f"msg 1 1 {10 * 4154000 + 2077000} {8 * 4096}"]
+    lines = star(3, switch_queue=2) + [
+        "qp 0 0 2 50000",
+        "qp 1 1 2 50001",
+        f"msg 0 0 0 {100 * 4096}",
+        f"msg 1 1 {10 * 4154000 + 2077000} {8 * 4096}",
+    ]
     msgs, ports, res = run_text(tmp_path, "\n".join(lines) + "\n")
     assert res.returncode == 0, res.stderr
     drops = ports.set_index("port").loc["s0-p3", "drops"]
@@ -172,8 +195,11 @@ def test_bucket_link_model_by_hand(tmp_path):
     serialise (1,000x the line rate), so the message completes when the pacer releases its last
     frame (12,478 µs: ns-3's serialising 16,930 less the link-model term) plus the 1/1,000
     serialisation of the last frame and the ACK over two hops (0.44 µs)."""
-    lines = ["param link_model 1", "param bucket_bytes 4170"] + star(2) + ["qp 0 0 1 50000",
-                                                                       f"msg 0 0 1000000 {3 * 4096 + 100}"]
+    lines = (
+        ["param link_model 1", "param bucket_bytes 4170"]
+        + star(2)
+        + ["qp 0 0 1 50000", f"msg 0 0 1000000 {3 * 4096 + 100}"]
+    )
     msgs, ports, res = run_text(tmp_path, "\n".join(lines) + "\n")
     assert res.returncode == 0, res.stderr
     m = msgs.iloc[0]
@@ -181,8 +207,11 @@ def test_bucket_link_model_by_hand(tmp_path):
     assert ports.set_index("port").loc["s0-p2", "tx_bytes"] == 4170 + 2 * 4154 + 158
     # a burst into a full bucket leaves two frames at once (the banked one and the one taking the
     # bucket negative), then one per frame time: three frames to a busy switch port
-    lines = ["param link_model 1", "param bucket_bytes 4170"] + star(3) + [
-        "qp 0 0 2 50000", "qp 1 1 2 50001", f"msg 0 0 0 {4096}", f"msg 1 1 0 {4096}", f"msg 2 0 0 {4096}"]
+    lines = (
+        ["param link_model 1", "param bucket_bytes 4170"]
+        + star(3)
+        + ["qp 0 0 2 50000", "qp 1 1 2 50001", f"msg 0 0 0 {4096}", f"msg 1 1 0 {4096}", f"msg 2 0 0 {4096}"]
+    )
     msgs, _, res = run_text(tmp_path, "\n".join(lines) + "\n")
     assert res.returncode == 0, res.stderr
     rx = sorted(msgs["t_last_rx_ns"])
@@ -215,8 +244,23 @@ def test_what_if_replays_are_named_and_kept_apart(tmp_path, capsys):
 
     run = tmp_path / "run"
     shutil.copytree(MINI, run)
-    assert zlab(["referee", str(run), "--scale", "real", "--requests", "1", "--repeats", "1",
-                 "--what-if-window-pkts", "100000"]) == 0
+    assert (
+        zlab(
+            [
+                "referee",
+                str(run),
+                "--scale",
+                "real",
+                "--requests",
+                "1",
+                "--repeats",
+                "1",
+                "--what-if-window-pkts",
+                "100000",
+            ]
+        )
+        == 0
+    )
     assert "WHAT-IF replay" in capsys.readouterr().out
     s = read_json(run / "referee" / "real-whatif.json")
     assert s["what_if"] == {"window_pkts": 100000} and any(n.startswith("WHAT-IF") for n in s["notes"])
@@ -241,12 +285,16 @@ def test_invalid_repeats_are_left_out_and_named(tmp_path, capsys):
     import json
 
     run = _mini_copy(tmp_path)
-    def reps(label, bad):
-        return [{"repeat": r, "fidelity": {"valid": r != bad, "reasons": ["steal 64 %"] if r == bad else []}}
-                for r in range(2)]
 
-    (run / "metrics.json").write_text(json.dumps({"fabrics": {"zcube": {"repeats": reps("zcube", 1)},
-                                                              "roft": {"repeats": reps("roft", None)}}}))
+    def reps(label, bad):
+        return [
+            {"repeat": r, "fidelity": {"valid": r != bad, "reasons": ["steal 64 %"] if r == bad else []}}
+            for r in range(2)
+        ]
+
+    (run / "metrics.json").write_text(
+        json.dumps({"fabrics": {"zcube": {"repeats": reps("zcube", 1)}, "roft": {"repeats": reps("roft", None)}}})
+    )
     code = zlab(["referee", str(run), "--scale", "same"])
     out = capsys.readouterr().out
     s = read_json(run / "referee" / "same.json")
@@ -257,8 +305,9 @@ def test_invalid_repeats_are_left_out_and_named(tmp_path, capsys):
     assert "zcube rep 1" in (run / "referee" / "report.md").read_text()
     assert code == (0 if s["verdict_link_model"]["agree"] else 3)
     # every repeat of a fabric invalid: that fabric cannot agree
-    (run / "metrics.json").write_text(json.dumps({"fabrics": {"zcube": {"repeats": reps("zcube", 0)[:1]
-                                                                          + reps("zcube", 1)[1:]}}}))
+    (run / "metrics.json").write_text(
+        json.dumps({"fabrics": {"zcube": {"repeats": reps("zcube", 0)[:1] + reps("zcube", 1)[1:]}}})
+    )
     assert zlab(["referee", str(run), "--scale", "same", "--repeats", "1"]) == 3
     s = read_json(run / "referee" / "same.json")
     assert s["verdict_link_model"]["checks"]["zcube has a valid repeat"] is False
@@ -303,8 +352,9 @@ def test_emulation_drops_are_the_switch_queues_not_ovs_port_counters(monkeypatch
     exp = read_json(MINI / "experiment.json")
     fd = FabricData(MINI / "zcube", exp["fabrics"]["zcube"], 0)
     fd.drops = {"ovs_port_counters": {"za0-p1": 99}}
-    samples = pd.DataFrame({"t_s": [0, 1, 0, 1, 0, 1], "port": ["a", "a", "b", "b", "c", "c"],
-                            "drops_total": [5, 9, 0, 2, 0, 7]})
+    samples = pd.DataFrame(
+        {"t_s": [0, 1, 0, 1, 0, 1], "port": ["a", "a", "b", "b", "c", "c"], "drops_total": [5, 9, 0, 2, 0, 7]}
+    )
     monkeypatch.setattr(fd, "queue_samples", lambda: samples)
     assert compare.switch_queue_drops(fd, ["a", "b"]) == 6
     monkeypatch.setattr(fd, "queue_samples", lambda: pd.DataFrame())
@@ -341,16 +391,26 @@ def test_exit_code_follows_every_scale_asked(monkeypatch, tmp_path, capsys):
     from testbed.referee import referee as ref
 
     def fake(root, scale, link_model=None, **_):
-        f = {"kv_p50": {"emu_s": {"mean": 1.0}, "ns3_s": {"mean": 1.3}, "gap": 0.3},
-             "kv_p99": {"emu_s": {"mean": 1.0}, "ns3_s": {"mean": 1.0}, "gap": 0.0},
-             "links": {"compared": 0}, "drops": {"emu": 0, "ns3": 0}, "incomplete": []}
+        f = {
+            "kv_p50": {"emu_s": {"mean": 1.0}, "ns3_s": {"mean": 1.3}, "gap": 0.3},
+            "kv_p99": {"emu_s": {"mean": 1.0}, "ns3_s": {"mean": 1.0}, "gap": 0.0},
+            "links": {"compared": 0},
+            "drops": {"emu": 0, "ns3": 0},
+            "incomplete": [],
+        }
         f["kv_p50_link_model"] = {"ns3_s": {"mean": 1.0}, "gap": 0.0, "interval_gap": 0.0}
         f["kv_p99_link_model"] = {"ns3_s": {"mean": 1.0}, "gap": 0.0, "interval_gap": 0.0}
         raw = {"checks": {"roft KV p50": False}, "agree": False}
         model = link_model or ("serialiser" if scale == "real" else "bucket")
-        return {"fabrics": {"roft": f}, "what_if": {}, "excluded": [], "verdict": raw, "scale": scale,
-                "link_model": model,
-                "verdict_link_model": {"checks": {"roft KV p50": True}, "agree": True}}
+        return {
+            "fabrics": {"roft": f},
+            "what_if": {},
+            "excluded": [],
+            "verdict": raw,
+            "scale": scale,
+            "link_model": model,
+            "verdict_link_model": {"checks": {"roft KV p50": True}, "agree": True},
+        }
 
     monkeypatch.setattr(ref, "referee", fake)
     # serialising links at the emulation's scale: judged on the interval, raw printed first

@@ -53,8 +53,7 @@ def test_fair_share_and_fails_without_pacing(bucket):
     # the longest flow finishes when every byte has crossed the bottleneck: exact with serialising
     # links; a one-frame bucket runs up to two frames ahead of line rate and the first hop does not
     # serialise, so within three frames (12.5 ms of 8.3 s)
-    assert good["completion_us"][-1] == pytest.approx(good["processor_sharing_us"][-1],
-                                                      abs=3 * 4170 if bucket else 1)
+    assert good["completion_us"][-1] == pytest.approx(good["processor_sharing_us"][-1], abs=3 * 4170 if bucket else 1)
     bad = oracles.fair_share(no_pacing=True, bucket=bucket)
     assert not bad["ok"] and bad["max_gap"] > 0.05
 

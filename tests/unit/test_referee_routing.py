@@ -9,9 +9,9 @@ from pathlib import Path
 import numpy as np
 import pytest
 
+from testbed.emulation.runfolder import flows_document
 from testbed.fabric import build_fabric
 from testbed.fabric.ecmp import switch_seed
-from testbed.emulation.runfolder import flows_document
 from testbed.referee import routing
 
 MINI = Path(__file__).resolve().parents[1] / "data" / "mini-run"
@@ -33,9 +33,15 @@ def old_xor_entries(entries: list[dict], dpid: int) -> list[dict]:
         bits = min(12, max(4, int(np.ceil(np.log2(k))) + 2))
         shift, xor = seed % (16 - bits + 1), (seed >> 16) & ((1 << bits) - 1)
         for b in range(1 << bits):
-            out.append({"priority": prio, "ipv4_dst": dst, "ipv4_mask": mask,
-                        "udp_src": [b << shift, ((1 << bits) - 1) << shift],
-                        "out_port": ports[((b ^ xor) & ((1 << bits) - 1)) % k]})
+            out.append(
+                {
+                    "priority": prio,
+                    "ipv4_dst": dst,
+                    "ipv4_mask": mask,
+                    "udp_src": [b << shift, ((1 << bits) - 1) << shift],
+                    "out_port": ports[((b ^ xor) & ((1 << bits) - 1)) % k],
+                }
+            )
     return out
 
 

@@ -33,14 +33,26 @@ def _fake_lab(monkeypatch, fdir):
     monkeypatch.setattr(runner, "LiveRun", lambda d: None)
 
 
-@pytest.mark.parametrize("retakes, verdicts, attempts, voided", [
-    (2, ["steal 35 %", None, None], [0, 0, 1], 1),  # first attempt of repeat 0 voided, the second is kept
-    (1, ["steal 35 %", "steal 40 %", None], [0, 0, 1], 1),  # retakes exhausted: the last attempt stays, void
-    (0, ["steal 35 %", None], [0, 1], 0),  # re-taking off
-])
+@pytest.mark.parametrize(
+    "retakes, verdicts, attempts, voided",
+    [
+        (2, ["steal 35 %", None, None], [0, 0, 1], 1),  # first attempt of repeat 0 voided, the second is kept
+        (1, ["steal 35 %", "steal 40 %", None], [0, 0, 1], 1),  # retakes exhausted: the last attempt stays, void
+        (0, ["steal 35 %", None], [0, 1], 0),  # re-taking off
+    ],
+)
 def test_steal_voided_repeats_are_retaken_and_kept(tmp_path, monkeypatch, retakes, verdicts, attempts, voided):
-    exp = resolve(especs.load(None, ["workload.requests=10", "repeats=2", "measurement.calibrate=false",
-                                     f"measurement.steal_retakes={retakes}"]))
+    exp = resolve(
+        especs.load(
+            None,
+            [
+                "workload.requests=10",
+                "repeats=2",
+                "measurement.calibrate=false",
+                f"measurement.steal_retakes={retakes}",
+            ],
+        )
+    )
     fr = next(iter(exp.fabrics.values()))
     fdir = tmp_path / fr.label
     _fake_lab(monkeypatch, fdir)
@@ -85,11 +97,14 @@ def test_the_report_lists_retaken_repeats(tmp_path):
     run = tmp_path / "run"
     shutil.copytree(MINI, run)
     rj = json.loads((run / "zcube" / "run.json").read_text())
-    rj["replays"][1]["voided_attempts"] = [{"folder": "rep1.void1", "reason": "hypervisor steal up to 33 % of the "
-                                                                                  "cores (limit 20 %)"}]
+    rj["replays"][1]["voided_attempts"] = [
+        {"folder": "rep1.void1", "reason": "hypervisor steal up to 33 % of the cores (limit 20 %)"}
+    ]
     (run / "zcube" / "run.json").write_text(json.dumps(rj))
     report.build(run)
     text = (run / "report.md").read_text()
-    assert ("Re-taken repeats (voided by hypervisor steal alone, a cause outside the run, and replayed with the same "
-            "seed): zcube repeat 1 (hypervisor steal up to 33 % of the cores (limit 20 %); raw data of the voided "
-            "attempt(s) kept in zcube/raw/rep1.void1)") in text
+    assert (
+        "Re-taken repeats (voided by hypervisor steal alone, a cause outside the run, and replayed with the same "
+        "seed): zcube repeat 1 (hypervisor steal up to 33 % of the cores (limit 20 %); raw data of the voided "
+        "attempt(s) kept in zcube/raw/rep1.void1)"
+    ) in text

@@ -7,8 +7,8 @@ import pytest
 
 from testbed.fabric import build_fabric
 from testbed.fabric.ecmp import switch_seed
-from testbed.fabric.paths import forwarding_tables, route
 from testbed.fabric.params import SpecError
+from testbed.fabric.paths import forwarding_tables, route
 from testbed.fabric.validate import validate
 
 
@@ -77,7 +77,7 @@ def test_three_tiers_reproduce_published_inventories():
 
 
 def test_auto_tiers_switch_to_three_when_the_spine_is_too_small():
-    assert build_fabric("roft:gpus=512,radix=32").params["tiers"] == 2   # R*R/2 fits
+    assert build_fabric("roft:gpus=512,radix=32").params["tiers"] == 2  # R*R/2 fits
     assert build_fabric("roft:gpus=1024,radix=32").params["tiers"] == 3
 
 
@@ -87,16 +87,19 @@ def test_oversubscription_halves_uplinks():
     assert validate(fab).ok
 
 
-@pytest.mark.parametrize("spec, message", [
-    ("roft:gpus=18,gpus_per_server=4", "multiple of gpus_per_server"),
-    ("roft:gpus=16,gpus_per_server=4,segments=3", "do not split into 3 equal segments"),
-    ("roft:gpus=16,gpus_per_server=4,radix=3,tiers=2", "port budget exceeded"),
-    ("roft:gpus=16,gpus_per_server=4,segments=2,spines=3", "do not split evenly over spines=3"),
-    ("roft:gpus=16,gpus_per_server=4,tiers=3", "three tiers need an explicit radix"),
-    ("roft:gpus_per_server=4", "gpus is required"),
-    ("roft:gpus=16,tiers=4", "valid values: auto, 2, 3"),
-    ("roft:gpus=16,gpus_per_server=4,oversubscription=0.5", "oversubscription must be >= 1"),
-])
+@pytest.mark.parametrize(
+    "spec, message",
+    [
+        ("roft:gpus=18,gpus_per_server=4", "multiple of gpus_per_server"),
+        ("roft:gpus=16,gpus_per_server=4,segments=3", "do not split into 3 equal segments"),
+        ("roft:gpus=16,gpus_per_server=4,radix=3,tiers=2", "port budget exceeded"),
+        ("roft:gpus=16,gpus_per_server=4,segments=2,spines=3", "do not split evenly over spines=3"),
+        ("roft:gpus=16,gpus_per_server=4,tiers=3", "three tiers need an explicit radix"),
+        ("roft:gpus_per_server=4", "gpus is required"),
+        ("roft:gpus=16,tiers=4", "valid values: auto, 2, 3"),
+        ("roft:gpus=16,gpus_per_server=4,oversubscription=0.5", "oversubscription must be >= 1"),
+    ],
+)
 def test_bad_specs_fail_clearly(spec, message):
     with pytest.raises(SpecError, match=message):
         build_fabric(spec)

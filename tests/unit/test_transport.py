@@ -19,8 +19,9 @@ def builders(sport=50000):
 
 def pair(mtu=1024, start_psn=0, ackreq_every=4, **kw):
     f, b = builders()
-    return Requester(f, path_mtu=mtu, start_psn=start_psn, ackreq_every=ackreq_every, **kw), \
-        Responder(b, start_psn=start_psn, ack_coalesce=ackreq_every)
+    return Requester(f, path_mtu=mtu, start_psn=start_psn, ackreq_every=ackreq_every, **kw), Responder(
+        b, start_psn=start_psn, ack_coalesce=ackreq_every
+    )
 
 
 def msg(size, mid=1):
@@ -66,17 +67,27 @@ def test_frames_match_scapy_icrc_and_fields():
 def test_parse_round_trip():
     f, _ = builders()
     p = roce.parse(f.frame(roce.WRITE_ONLY, 9, True, b"abc", reth=(1, 2, 3)))
-    assert (p.opcode, p.psn, p.ackreq, p.reth, bytes(p.payload), p.src_ip, p.sport) == \
-        (roce.WRITE_ONLY, 9, True, (1, 2, 3), b"abc", "10.1.0.1", 50000)
+    assert (p.opcode, p.psn, p.ackreq, p.reth, bytes(p.payload), p.src_ip, p.sport) == (
+        roce.WRITE_ONLY,
+        9,
+        True,
+        (1, 2, 3),
+        b"abc",
+        "10.1.0.1",
+        50000,
+    )
 
 
-@pytest.mark.parametrize("mangle, reason", [
-    (lambda f: f[:-1] + bytes([f[-1] ^ 1]), "bad ICRC"),  # wrong ICRC
-    (lambda f: f[:60], "truncated"),  # cut inside the packet
-    (lambda f: f[:40], "truncated"),  # cut inside the UDP header
-    (lambda f: f[:12] + b"\x86\xdd" + f[14:], "not IPv4/UDP"),
-    (lambda f: f[:36] + b"\x00\x35" + f[38:], "not RoCEv2"),  # UDP dport 53
-])
+@pytest.mark.parametrize(
+    "mangle, reason",
+    [
+        (lambda f: f[:-1] + bytes([f[-1] ^ 1]), "bad ICRC"),  # wrong ICRC
+        (lambda f: f[:60], "truncated"),  # cut inside the packet
+        (lambda f: f[:40], "truncated"),  # cut inside the UDP header
+        (lambda f: f[:12] + b"\x86\xdd" + f[14:], "not IPv4/UDP"),
+        (lambda f: f[:36] + b"\x00\x35" + f[38:], "not RoCEv2"),  # UDP dport 53
+    ],
+)
 def test_malformed_frames_raise_malformed(mangle, reason):
     f, _ = builders()
     frame = f.frame(roce.WRITE_MIDDLE, 1, False, b"y" * 200)
@@ -90,18 +101,24 @@ def test_unknown_opcode_is_malformed():
         roce.parse(f.frame(0x04, 1, False, b"z"))  # SEND Only: not implemented
 
 
-@pytest.mark.parametrize("size, ops", [
-    (0, [roce.WRITE_ONLY]), (1024, [roce.WRITE_ONLY]), (1025, [roce.WRITE_FIRST, roce.WRITE_LAST]),
-    (3000, [roce.WRITE_FIRST, roce.WRITE_MIDDLE, roce.WRITE_LAST]),
-])
+@pytest.mark.parametrize(
+    "size, ops",
+    [
+        (0, [roce.WRITE_ONLY]),
+        (1024, [roce.WRITE_ONLY]),
+        (1025, [roce.WRITE_FIRST, roce.WRITE_LAST]),
+        (3000, [roce.WRITE_FIRST, roce.WRITE_MIDDLE, roce.WRITE_LAST]),
+    ],
+)
 def test_segmentation(size, ops):
     req, resp = pair(mtu=1024)
     req.post(msg(size), 0)
     sent, done = drain(req, resp)
     parsed = [roce.parse(f) for f in sent]
     assert [p.opcode for p in parsed] == ops
-    assert [len(p.payload) for p in parsed] == ([size] if size <= 1024 else
-                                                [1024] * (len(ops) - 1) + [size - 1024 * (len(ops) - 1)])
+    assert [len(p.payload) for p in parsed] == (
+        [size] if size <= 1024 else [1024] * (len(ops) - 1) + [size - 1024 * (len(ops) - 1)]
+    )
     assert parsed[0].reth[2] == size and all(p.reth is None for p in parsed[1:])
     assert parsed[-1].ackreq and len(done) == 1 and done[0].t_complete_ns is not None
 
@@ -136,7 +153,7 @@ def test_nak_and_go_back_n():
     assert len(done) == 1 and resp.c.payload_bytes == 256 * 10  # every byte exactly once, in order
     # one loss repair: opened by the NAK for PSN 4 (t=3: drain's clock skips the lost frame), closed when
     # PSN 3 was acknowledged
-    (t0, t1), = req.repairs_ns
+    ((t0, t1),) = req.repairs_ns
     assert t0 == 3 and t1 > t0 and roce.psn_diff(req.una, 3) > 0
 
 
@@ -149,6 +166,7 @@ def test_a_loss_free_transfer_records_no_repair():
 
 def test_integrity_of_reassembled_message():
     import zlib
+
     req, resp = pair(mtu=512, ackreq_every=3)
     m = msg(5000, mid=9)
     req.post(m, 0)
@@ -272,9 +290,11 @@ def test_apm_moves_a_stuck_qp_to_its_alternate_ports_and_completes(monkeypatch):
         sent[0] += 1
         return real_send(frame) if sent[0] <= 10 else len(frame)
 
-    monkeypatch.setattr(agent.ports["g0-p0"], "sock", type("S", (), {"send": staticmethod(dark_after_10),
-                                                                      "fileno": a0.fileno, "recv": a0.recv,
-                                                                      "close": a0.close})())
+    monkeypatch.setattr(
+        agent.ports["g0-p0"],
+        "sock",
+        type("S", (), {"send": staticmethod(dark_after_10), "fileno": a0.fileno, "recv": a0.recv, "close": a0.close})(),
+    )
     agent.post(conn, 60_000)
     assert agent.run(deadline_ns=ag.time.monotonic_ns() + 2_000_000_000)
     (rec,) = agent.done

@@ -6,8 +6,8 @@ import pytest
 
 from testbed.fabric import Fabric, build_fabric
 from testbed.fabric.cost import Prices, compare, comparison_specs, inventory, price
-from testbed.fabric.paths import forwarding_tables
 from testbed.fabric.params import SpecError
+from testbed.fabric.paths import forwarding_tables
 from testbed.fabric.validate import validate
 
 
@@ -32,7 +32,7 @@ def test_forwarding_loop_is_reported():
     up = fab.switch_port_ids[fab.node_by_name["l0r0"].id][3]  # l0r0 -> sp0
     back = fab.switch_port_ids[sp0][1]  # sp0 -> l0r0
     t.next_group[rows["sp0"], 8] = back  # sp0 sends g8 back down to l0r0 ...
-    t.next_group[rows["l0r0"], 8] = up   # ... which sends it up again
+    t.next_group[rows["l0r0"], 8] = up  # ... which sends it up again
     rep = validate(fab)
     assert not rep.ok and "never delivered" in rep.checks["every GPU port pair reachable, no loops"]
 
@@ -69,8 +69,9 @@ def test_cost_reproduces_published_figures():
         assert z["cable_gbps_per_gpu"] == pytest.approx(600) and r2["cable_gbps_per_gpu"] == pytest.approx(800)
     # published inventories (spec §3)
     assert (rows[(1024, "ROFT 3-tier")]["switches"], rows[(1024, "ZCube(n,2)")]["switches"]) == (160, 64)
-    assert rows[(1024, "ROFT 3-tier")]["switch_models"] == [{"radix": 32, "port_gbps": 400.0, "count": 160,
-                                                              "asic_tbps": 12.8}]
+    assert rows[(1024, "ROFT 3-tier")]["switch_models"] == [
+        {"radix": 32, "port_gbps": 400.0, "count": 160, "asic_tbps": 12.8}
+    ]
     assert rows[(1024, "ZCube(n,2)")]["switch_models"][0]["radix"] == 64
     assert (rows[(16384, "ROFT 3-tier")]["switches"], rows[(16384, "ZCube(n,2)")]["switches"]) == (640, 256)
     assert rows[(16384, "ZCube(n,2)")]["cables"] == 49152

@@ -16,13 +16,16 @@ def test_builtin_azure_code_trace_reads_whole():
     assert all(b.t_s >= a.t_s for a, b in zip(reqs, reqs[1:]))
 
 
-@pytest.mark.parametrize("row, message", [
-    ("2023-11-16 18:17:04.0319600,abc,8", "3: invalid literal"),
-    ("2023-11-16 18:17:04.0319600,10", "3: 2 columns"),
-    ("2023-11-16 18:17:03.0000000,10,8", "3: timestamps go backwards"),
-    ("yesterday,10,8", "3: time data"),
-    ("2023-11-16 18:17:04.0319600,-1,8", "3: negative token count"),
-])
+@pytest.mark.parametrize(
+    "row, message",
+    [
+        ("2023-11-16 18:17:04.0319600,abc,8", "3: invalid literal"),
+        ("2023-11-16 18:17:04.0319600,10", "3: 2 columns"),
+        ("2023-11-16 18:17:03.0000000,10,8", "3: timestamps go backwards"),
+        ("yesterday,10,8", "3: time data"),
+        ("2023-11-16 18:17:04.0319600,-1,8", "3: negative token count"),
+    ],
+)
 def test_azure_bad_rows_name_file_and_line(tmp_path, row, message):
     p = tmp_path / "t.csv"
     p.write_text(f"TIMESTAMP,ContextTokens,GeneratedTokens\n2023-11-16 18:17:03.9799600,4808,10\n{row}\n")
@@ -39,9 +42,16 @@ def test_azure_wrong_header(tmp_path):
 
 def test_mooncake_jsonl(tmp_path):
     p = tmp_path / "m.jsonl"
-    p.write_text("\n".join(json.dumps(r) for r in [
-        {"timestamp": 1000, "input_length": 600, "output_length": 5, "hash_ids": [1, 2]},
-        {"timestamp": 1500, "input_length": 1100, "output_length": 7, "hash_ids": [1, 2, 3]}]) + "\n")
+    p.write_text(
+        "\n".join(
+            json.dumps(r)
+            for r in [
+                {"timestamp": 1000, "input_length": 600, "output_length": 5, "hash_ids": [1, 2]},
+                {"timestamp": 1500, "input_length": 1100, "output_length": 7, "hash_ids": [1, 2, 3]},
+            ]
+        )
+        + "\n"
+    )
     reqs = traces.read(str(p))
     assert [(r.t_s, r.input_tokens, r.hash_ids) for r in reqs] == [(0.0, 600, (1, 2)), (0.5, 1100, (1, 2, 3))]
     bad = tmp_path / "bad.jsonl"
@@ -65,18 +75,29 @@ def test_kv_bytes_per_token_match_the_published_configs():
     assert kvmodel.PRESETS["glm-4.5"].kv_bytes_per_token() == 376_832
     assert kvmodel.PRESETS["deepseek-v3"].kv_bytes_per_token() == 70_272
     assert kvmodel.PRESETS["glm-5"].kv_bytes_per_token() == 89_856
-    assert kvmodel.model({"name": "x", "layers": 2, "kv_heads": 1, "head_dim": 4, "dtype_bytes": 1}).kv_bytes_per_token() == 16
+    assert (
+        kvmodel.model({"name": "x", "layers": 2, "kv_heads": 1, "head_dim": 4, "dtype_bytes": 1}).kv_bytes_per_token()
+        == 16
+    )
     with pytest.raises(ValueError, match="presets: llama3-8b"):
         kvmodel.model("gpt-5")
 
 
 def small_plan(**kw):
     reqs = [traces.TraceRequest(t, 1000, 10) for t in (0.0, 1.0, 2.0, 3.0)]
-    args = dict(rate_scale=1e-4, size_scale=1e-3, tp=4, prefill_instances=2, decode_instances=2,
-                load_factor=1.0, requests=4)
+    args = dict(
+        rate_scale=1e-4, size_scale=1e-3, tp=4, prefill_instances=2, decode_instances=2, load_factor=1.0, requests=4
+    )
     args.update(kw)
-    return workload.plan(reqs, kvmodel.ModelShape("m", 1, 1, 125, dtype_bytes=2), kvmodel.TimeModel(0.01, 1e5, 0.02),
-                         16, 4, 400e9, **args)
+    return workload.plan(
+        reqs,
+        kvmodel.ModelShape("m", 1, 1, 125, dtype_bytes=2),
+        kvmodel.TimeModel(0.01, 1e5, 0.02),
+        16,
+        4,
+        400e9,
+        **args,
+    )
 
 
 def test_scaling_arithmetic():
@@ -118,18 +139,46 @@ def test_mappings_and_instances():
 
 def test_prefill_is_fifo_per_instance():
     reqs = [traces.TraceRequest(0.0, 10_000, 1) for _ in range(4)]
-    p = workload.plan(reqs, kvmodel.PRESETS["llama3-8b"], kvmodel.TimeModel(0.0, 10_000, 0.0), 16, 4, 400e9,
-                      rate_scale=1e-4, size_scale=1e-4, tp=4, prefill_instances=2, decode_instances=2,
-                      load_factor=1.0, requests=4)
+    p = workload.plan(
+        reqs,
+        kvmodel.PRESETS["llama3-8b"],
+        kvmodel.TimeModel(0.0, 10_000, 0.0),
+        16,
+        4,
+        400e9,
+        rate_scale=1e-4,
+        size_scale=1e-4,
+        tp=4,
+        prefill_instances=2,
+        decode_instances=2,
+        load_factor=1.0,
+        requests=4,
+    )
     assert [r.prefill_wait_s for r in p.requests] == pytest.approx([0.0, 0.0, 1.0, 1.0])
 
 
 def test_prefix_reuse_skips_blocks_the_decode_instance_holds():
-    reqs = [traces.TraceRequest(0.0, 1024, 1, (1, 2)), traces.TraceRequest(1.0, 1024, 1, (7, 8)),
-            traces.TraceRequest(2.0, 1500, 1, (1, 2, 3))]
-    p = workload.plan(reqs, kvmodel.PRESETS["llama3-8b"], kvmodel.TimeModel(), 16, 4, 400e9, rate_scale=1e-4,
-                      size_scale=1e-4, tp=4, prefill_instances=2, decode_instances=2, load_factor=1.0,
-                      requests=3, prefix_reuse=True)
+    reqs = [
+        traces.TraceRequest(0.0, 1024, 1, (1, 2)),
+        traces.TraceRequest(1.0, 1024, 1, (7, 8)),
+        traces.TraceRequest(2.0, 1500, 1, (1, 2, 3)),
+    ]
+    p = workload.plan(
+        reqs,
+        kvmodel.PRESETS["llama3-8b"],
+        kvmodel.TimeModel(),
+        16,
+        4,
+        400e9,
+        rate_scale=1e-4,
+        size_scale=1e-4,
+        tp=4,
+        prefill_instances=2,
+        decode_instances=2,
+        load_factor=1.0,
+        requests=3,
+        prefix_reuse=True,
+    )
     # request 2 goes to D0, which holds blocks 1 and 2 from request 0: only block 3 (476 tokens) moves
     assert [r.kv_tokens for r in p.requests] == [1024, 1024, 476]
 
@@ -141,13 +190,16 @@ def test_default_spec_validates_and_overrides_apply():
     assert "offered_load" not in s["workload"] and s["workload"]["load_factor"] == 3
 
 
-@pytest.mark.parametrize("override, message", [
-    ("deployment.mapping=rank-shift", "spec error at deployment.mapping: 'rank-shift' is not one of"),
-    ("workload.requests=0", "spec error at workload.requests: 0 is less than the minimum of 1"),
-    ("emulation.rate_scal=1", "spec error at emulation: Additional properties are not allowed \\('rate_scal'"),
-    ("measurement.queue_sample_ms=50", "spec error at measurement.queue_sample_ms: 50 is greater than the maximum"),
-    ("nonsense", "is not KEY=VALUE"),
-])
+@pytest.mark.parametrize(
+    "override, message",
+    [
+        ("deployment.mapping=rank-shift", "spec error at deployment.mapping: 'rank-shift' is not one of"),
+        ("workload.requests=0", "spec error at workload.requests: 0 is less than the minimum of 1"),
+        ("emulation.rate_scal=1", "spec error at emulation: Additional properties are not allowed \\('rate_scal'"),
+        ("measurement.queue_sample_ms=50", "spec error at measurement.queue_sample_ms: 50 is greater than the maximum"),
+        ("nonsense", "is not KEY=VALUE"),
+    ],
+)
 def test_schema_errors_name_the_bad_field(override, message):
     with pytest.raises(especs.ExperimentSpecError, match=message):
         especs.load(None, [override])
@@ -165,15 +217,35 @@ def test_yaml_file_errors(tmp_path):
         especs.load(str(tmp_path / "missing.yaml"))
 
 
-@pytest.mark.parametrize("lines, message", [
-    (['{"timestamp": 2000, "input_length": 10, "output_length": 1}',
-      '{"timestamp": 1000, "input_length": 10, "output_length": 1}'], "m.jsonl:2: timestamps go backwards"),
-    (['{"timestamp": NaN, "input_length": 10, "output_length": 1}'], "m.jsonl:1: timestamp must be a finite number"),
-    (['{"timestamp": 1, "input_length": 600.9, "output_length": 1}'], "m.jsonl:1: input_length must be a whole number"),
-    (['{"timestamp": 1, "input_length": true, "output_length": 1}'], "m.jsonl:1: input_length must be a whole number"),
-    (['{"timestamp": 1, "input_length": "600", "output_length": 1}'], "m.jsonl:1: input_length must be a whole number"),
-    (['[1, 2]'], "m.jsonl:1: expected a JSON object"),
-])
+@pytest.mark.parametrize(
+    "lines, message",
+    [
+        (
+            [
+                '{"timestamp": 2000, "input_length": 10, "output_length": 1}',
+                '{"timestamp": 1000, "input_length": 10, "output_length": 1}',
+            ],
+            "m.jsonl:2: timestamps go backwards",
+        ),
+        (
+            ['{"timestamp": NaN, "input_length": 10, "output_length": 1}'],
+            "m.jsonl:1: timestamp must be a finite number",
+        ),
+        (
+            ['{"timestamp": 1, "input_length": 600.9, "output_length": 1}'],
+            "m.jsonl:1: input_length must be a whole number",
+        ),
+        (
+            ['{"timestamp": 1, "input_length": true, "output_length": 1}'],
+            "m.jsonl:1: input_length must be a whole number",
+        ),
+        (
+            ['{"timestamp": 1, "input_length": "600", "output_length": 1}'],
+            "m.jsonl:1: input_length must be a whole number",
+        ),
+        (["[1, 2]"], "m.jsonl:1: expected a JSON object"),
+    ],
+)
 def test_mooncake_bad_values_name_file_and_line(tmp_path, lines, message):
     p = tmp_path / "m.jsonl"
     p.write_text("\n".join(lines) + "\n")
@@ -203,14 +275,17 @@ def test_offered_load_counts_the_bytes_that_move_with_prefix_reuse(tmp_path):
     planned traffic is still the offered load asked for."""
     import json as _json
 
-    recs = [{"timestamp": 1000 * i, "input_length": 2048, "output_length": 1, "hash_ids": [1, 2, 3, 10 + i]}
-            for i in range(40)]
+    recs = [
+        {"timestamp": 1000 * i, "input_length": 2048, "output_length": 1, "hash_ids": [1, 2, 3, 10 + i]}
+        for i in range(40)
+    ]
     p = tmp_path / "shared.jsonl"
     p.write_text("\n".join(_json.dumps(r) for r in recs) + "\n")
     trace = traces.read(str(p))
     kw = dict(rate_scale=2.5e-5, size_scale=2.5e-4, tp=4, prefill_instances=2, decode_instances=2, requests=40)
-    plan = workload.plan(trace, kvmodel.model("llama3-70b"), kvmodel.TimeModel(), 16, 4, 400e9,
-                         offered_load=0.2, prefix_reuse=True, **kw)
+    plan = workload.plan(
+        trace, kvmodel.model("llama3-70b"), kvmodel.TimeModel(), 16, 4, 400e9, offered_load=0.2, prefix_reuse=True, **kw
+    )
     assert plan.offered_load == pytest.approx(0.2, rel=1e-6)
     moved = sum(r.kv_tokens for r in plan.requests)
     assert moved < sum(r.input_tokens for r in plan.requests)  # reuse really removed bytes

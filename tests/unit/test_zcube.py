@@ -10,8 +10,8 @@ from hypothesis import strategies as st
 
 from testbed.fabric import Fabric, build_fabric
 from testbed.fabric.model import FabricFileError
-from testbed.fabric.paths import forwarding_tables, route, split_fractions
 from testbed.fabric.params import SpecError
+from testbed.fabric.paths import forwarding_tables, route, split_fractions
 from testbed.fabric.validate import validate
 
 
@@ -56,7 +56,9 @@ def test_worked_16_gpu_example_paths():
             assert p1.dst_port == f"g{b}-p1"
             # hop ports: in on the GPU's port, out toward B[b%n] (n+1+i), then out to b's rail port
             assert [(h.in_port, h.out_port) for h in p1.hops] == [
-                (a % n + 1, n + 1 + b % n), (n + 1 + a // n, b // n + 1)]
+                (a % n + 1, n + 1 + b % n),
+                (n + 1 + a // n, b // n + 1),
+            ]
             p2 = route(fab, f"g{a}-p1", f"g{b}")
             assert p2.switches == (f"zb{a % n}", f"za{b // n}")
             assert p2.dst_port == f"g{b}-p0"
@@ -81,8 +83,13 @@ def test_zhipu_one_based_formula_is_the_same_graph():
 def test_count_identities(n):
     fab = build_fabric(f"zcube:n={n}")
     c = fab.counts()
-    assert (c["gpus"], c["switches"], c["nic_links"], c["fabric_links"], c["cables"]) == \
-        (n * n, 2 * n, 2 * n * n, n * n, 3 * n * n)
+    assert (c["gpus"], c["switches"], c["nic_links"], c["fabric_links"], c["cables"]) == (
+        n * n,
+        2 * n,
+        2 * n * n,
+        n * n,
+        3 * n * n,
+    )
     assert all(sw.radix == 2 * n for sw in fab.switches)
     rep = validate(fab)
     assert rep.ok, rep.checks
@@ -164,18 +171,21 @@ def test_rectangular_without_enough_links_is_oversubscribed_not_refused():
     assert fab.params["radix"] == 12 and validate(fab).ok
 
 
-@pytest.mark.parametrize("spec, message", [
-    ("zcube:n=1", "n must be >= 2"),
-    ("zcube:n=4,radix=7", "port budget exceeded"),
-    ("zcube:n=4,gpus=18", "multiple of n"),
-    ("zcube:n=4,gpus_per_server=3", "must divide n"),
-    ("zcube:gpus=16", "n .* is required"),
-    ("zcube:n=4,bogus=1", "unknown parameter 'bogus'; valid parameters: n, gpus"),
-    ("zcube:n=four", "not a valid int"),
-    ("zcube:n=4,split=spray", "valid values: half, cons, rail"),
-    ("zcube", "n .* is required"),
-    ("cube:n=4", "unknown fabric kind 'cube'; valid kinds"),
-])
+@pytest.mark.parametrize(
+    "spec, message",
+    [
+        ("zcube:n=1", "n must be >= 2"),
+        ("zcube:n=4,radix=7", "port budget exceeded"),
+        ("zcube:n=4,gpus=18", "multiple of n"),
+        ("zcube:n=4,gpus_per_server=3", "must divide n"),
+        ("zcube:gpus=16", "n .* is required"),
+        ("zcube:n=4,bogus=1", "unknown parameter 'bogus'; valid parameters: n, gpus"),
+        ("zcube:n=four", "not a valid int"),
+        ("zcube:n=4,split=spray", "valid values: half, cons, rail"),
+        ("zcube", "n .* is required"),
+        ("cube:n=4", "unknown fabric kind 'cube'; valid kinds"),
+    ],
+)
 def test_bad_specs_fail_clearly(spec, message):
     with pytest.raises(SpecError, match=message):
         build_fabric(spec)

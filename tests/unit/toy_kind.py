@@ -12,9 +12,11 @@ from testbed.fabric.params import Param, canonical_spec, require, resolve_params
 from testbed.fabric.tables import GroupIndex, Tables, port_peer, ports_between
 
 NAME = "toy"
-PARAMS = (Param("gpus", int, None, "GPUs, split over two edge switches"),
-          Param("gpus_per_server", int, 2, "GPUs per server"),
-          Param("gpu_gbps", float, 400.0, "per GPU"))
+PARAMS = (
+    Param("gpus", int, None, "GPUs, split over two edge switches"),
+    Param("gpus_per_server", int, 2, "GPUs per server"),
+    Param("gpu_gbps", float, 400.0, "per GPU"),
+)
 GROUPS = (SwitchGroup("edge", 0xE, "e{index}", "#fdd0a2"), SwitchGroup("hub", 0xF, "h{index}", "#c7e9c0"))
 
 
@@ -56,7 +58,14 @@ def tables(fab: Fabric) -> Tables:
     return Tables(fab, ng, group.multi)
 
 
-KIND = FabricKind(NAME, "two edges, two hubs (a test's kind)", PARAMS, build=build, tables=tables,
-                  expected_diameter=lambda fab: 3, switch_groups=GROUPS,
-                  row_labels={0: "GPUs", 1: "edge", 2: "hub"},
-                  identity_checks=lambda fab: [("toy counts", None if len(fab.switches) == 4 else "not 4 switches")])
+KIND = FabricKind(
+    NAME,
+    "two edges, two hubs (a test's kind)",
+    PARAMS,
+    build=build,
+    tables=tables,
+    expected_diameter=lambda fab: 3,
+    switch_groups=GROUPS,
+    row_labels={0: "GPUs", 1: "edge", 2: "hub"},
+    identity_checks=lambda fab: [("toy counts", None if len(fab.switches) == 4 else "not 4 switches")],
+)

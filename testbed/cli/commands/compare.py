@@ -11,7 +11,10 @@ def run(args) -> int:
 
 
 def register(sub) -> None:
-    cm = sub.add_parser("compare", parents=[options.JSON],
-                        help="key metrics of several runs side by side (means over repeats; real ms, µs)")
+    cm = sub.add_parser(
+        "compare",
+        parents=[options.JSON],
+        help="key metrics of several runs side by side (means over repeats; real ms, µs)",
+    )
     cm.add_argument("runs", nargs="+", help="run folders")
     cm.set_defaults(func=run)

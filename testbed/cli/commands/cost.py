@@ -2,8 +2,8 @@
 
 from __future__ import annotations
 
-from .. import options
 from ...fabric.params import SpecError
+from .. import options
 from ..output import print_json
 
 
@@ -36,11 +36,16 @@ def run(args) -> int:
 
 
 def register(sub) -> None:
-    co = sub.add_parser("cost", parents=[options.JSON],
-                        help="ZCube vs two- and three-tier ROFT inventory and cost, side by side")
+    co = sub.add_parser(
+        "cost", parents=[options.JSON], help="ZCube vs two- and three-tier ROFT inventory and cost, side by side"
+    )
     co.add_argument("--gpus", default="1024,16384", help="comma-separated square GPU counts (default 1024,16384)")
     co.add_argument("--gpus-per-server", type=int, default=8, help="default 8")
-    co.add_argument("--price", action="append", metavar="NAME=USD",
-                    help="override an illustrative price (switch_usd_per_gbps, optic_usd_per_gbps, "
-                         "fibre_cable_usd, copper_cable_usd); repeatable")
+    co.add_argument(
+        "--price",
+        action="append",
+        metavar="NAME=USD",
+        help="override an illustrative price (switch_usd_per_gbps, optic_usd_per_gbps, "
+        "fibre_cable_usd, copper_cable_usd); repeatable",
+    )
     co.set_defaults(func=run)

@@ -18,8 +18,9 @@ def run(args) -> int:
         if args.all_mine:
             print(f"zlab destroy: no live runs of {user}")
             return 0
-        raise UserInputError(f"no live run {args.run!r} (zlab inspect lists them; a run whose owner died is "
-                             "zlab clean's)")
+        raise UserInputError(
+            f"no live run {args.run!r} (zlab inspect lists them; a run whose owner died is zlab clean's)"
+        )
     for r in runs:
         for line in destroy(r, args.timeout):
             print(f"[zlab] {line}")
@@ -27,8 +28,11 @@ def run(args) -> int:
 
 
 def register(sub) -> None:
-    de = sub.add_parser("destroy", help="tear down live runs cleanly (their owner stops them, as on Ctrl-C); "
-                                        "'zlab clean' stays for runs whose owner died")
+    de = sub.add_parser(
+        "destroy",
+        help="tear down live runs cleanly (their owner stops them, as on Ctrl-C); "
+        "'zlab clean' stays for runs whose owner died",
+    )
     de.add_argument("run", nargs="?", help="run id or run folder (as zlab inspect shows)")
     de.add_argument("--all-mine", action="store_true", help="every live run you started")
     de.add_argument("--timeout", type=float, default=60.0, help="seconds to wait for a run to stop (default 60)")

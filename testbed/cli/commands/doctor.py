@@ -12,8 +12,10 @@ def run(args) -> int:
     from ...referee import binary
 
     ok, what = binary.status()  # optional: not a blocker
-    code = doctor_main(as_json=args.json, extra=[Check("ns-3 referee", "ok" if ok else "warn", what,
-                                                       "" if ok else f"optional; run: {binary.PROVISION}")])
+    code = doctor_main(
+        as_json=args.json,
+        extra=[Check("ns-3 referee", "ok" if ok else "warn", what, "" if ok else f"optional; run: {binary.PROVISION}")],
+    )
     if code or not args.capacity:
         return code
     from ...emulation import capacity
@@ -27,17 +29,23 @@ def run(args) -> int:
     print(f"\ncapacity ({rec['datapath']} datapath, {rec['frame_bytes']}-byte frames), per link rate:")
     print(f"  {'link Mb/s':>9} {'forwards/core-s':>15} {'forwards/s':>10} {'ovs core':>8} {'agent frames/core-s':>19}")
     for p in rec["curve"]:
-        print(f"  {p['link_rate_mbps']:>9g} {p['forwards_per_core_s']:>15,.0f} {p['forwards_per_s']:>10,.0f} "
-              f"{100 * p['ovs_cpu_fraction']:>7.0f}% {p['agent_frames_per_core_s']:>19,.0f}")
+        print(
+            f"  {p['link_rate_mbps']:>9g} {p['forwards_per_core_s']:>15,.0f} {p['forwards_per_s']:>10,.0f} "
+            f"{100 * p['ovs_cpu_fraction']:>7.0f}% {p['agent_frames_per_core_s']:>19,.0f}"
+        )
     print(f"stored in {path}; the scaling planner interpolates it at each run's link rate")
     return 0
 
 
 def register(sub) -> None:
-    d = sub.add_parser("doctor", parents=[options.JSON],
-                       help="check that this machine can run the lab (exit 1 on a blocker)")
-    d.add_argument("--capacity", action="store_true",
-                   help="also measure this machine's datapath capacity (switch forwards per core-second at 5 link rates, ~1 min) "
-                        "and store it for the scaling planner")
+    d = sub.add_parser(
+        "doctor", parents=[options.JSON], help="check that this machine can run the lab (exit 1 on a blocker)"
+    )
+    d.add_argument(
+        "--capacity",
+        action="store_true",
+        help="also measure this machine's datapath capacity (switch forwards per core-second at 5 link rates, ~1 min) "
+        "and store it for the scaling planner",
+    )
     d.add_argument("--results", default="results", help="where the capacity probe's run folder goes")
     d.set_defaults(func=run)

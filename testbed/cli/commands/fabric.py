@@ -4,9 +4,9 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from .. import options
 from ...errors import UserInputError
 from ...fabric.params import SpecError
+from .. import options
 from ..output import print_fields, print_json
 
 
@@ -28,23 +28,39 @@ def show(args) -> int:
     rep = validate(fab)
     inv = inventory(fab)
     if args.json:
-        print_json({"spec": fab.spec, "params": dict(fab.params), "counts": fab.counts(), "inventory": inv,
-                    "validation": rep.to_dict()})
+        print_json(
+            {
+                "spec": fab.spec,
+                "params": dict(fab.params),
+                "counts": fab.counts(),
+                "inventory": inv,
+                "validation": rep.to_dict(),
+            }
+        )
         return 0 if rep.ok else 1
     c = fab.counts()
     groups = ", ".join(f"{k.split('_', 1)[1]} {v}" for k, v in c.items() if k.startswith("switches_"))
     models = " + ".join(f"{m['count']} x {m['radix']}x{m['port_gbps']:g}G" for m in inv["switch_models"])
     print(fab.spec)
     apl = "not computed above 4096 GPUs" if rep.avg_path_links is None else f"{rep.avg_path_links:.3f} links"
-    print_fields([
-        ("GPUs", f"{c['gpus']} ({fab.params['gpus_per_server']} per server), {fab.ports_per_gpu} NIC port(s) of "
-                 f"{fab.gpu_port(0, 0).rate_bps / 1e9:g} Gb/s each"),
-        ("switches", f"{c['switches']} ({groups}): {models}"),
-        ("cables", f"{c['cables']} = {c['nic_links']} NIC + {c['fabric_links']} fabric; transceivers "
-                   f"{inv['transceivers']}"),
-        ("per GPU", f"switch {inv['switch_tbps_per_gpu']:.2f} Tb/s, optics {inv['optics_tbps_per_gpu']:.2f} Tb/s"),
-        ("diameter", f"{rep.diameter_switches} switches; average GPU-GPU path {apl}"),
-        ("validation", "OK" if rep.ok else "FAILED")])
+    print_fields(
+        [
+            (
+                "GPUs",
+                f"{c['gpus']} ({fab.params['gpus_per_server']} per server), {fab.ports_per_gpu} NIC port(s) of "
+                f"{fab.gpu_port(0, 0).rate_bps / 1e9:g} Gb/s each",
+            ),
+            ("switches", f"{c['switches']} ({groups}): {models}"),
+            (
+                "cables",
+                f"{c['cables']} = {c['nic_links']} NIC + {c['fabric_links']} fabric; transceivers "
+                f"{inv['transceivers']}",
+            ),
+            ("per GPU", f"switch {inv['switch_tbps_per_gpu']:.2f} Tb/s, optics {inv['optics_tbps_per_gpu']:.2f} Tb/s"),
+            ("diameter", f"{rep.diameter_switches} switches; average GPU-GPU path {apl}"),
+            ("validation", "OK" if rep.ok else "FAILED"),
+        ]
+    )
     for name, result in rep.checks.items():
         print(f"    {'ok  ' if result == 'ok' else 'FAIL'} {name}{'' if result == 'ok' else ': ' + result}")
     return 0 if rep.ok else 1
@@ -120,16 +136,33 @@ def register(sub) -> None:
     f.set_defaults(func=run)
     fsub = f.add_subparsers(dest="fabric_command", metavar="ACTION", required=True)
     fsub.add_parser("kinds", help="list fabric kinds and every parameter with its default")
-    fs = fsub.add_parser("show", parents=[options.JSON], help="counts, diameter, inventory and validation of a fabric",
-                         formatter_class=options.RAW, epilog=options.EPILOG_SPECS)
+    fs = fsub.add_parser(
+        "show",
+        parents=[options.JSON],
+        help="counts, diameter, inventory and validation of a fabric",
+        formatter_class=options.RAW,
+        epilog=options.EPILOG_SPECS,
+    )
     fs.add_argument("spec", help="fabric spec, e.g. zcube:n=4")
-    fe = fsub.add_parser("export", help="write the resolved fabric (.json), a Graphviz file (.dot) or a picture (.png)",
-                         formatter_class=options.RAW, epilog=options.EPILOG_SPECS)
+    fe = fsub.add_parser(
+        "export",
+        help="write the resolved fabric (.json), a Graphviz file (.dot) or a picture (.png)",
+        formatter_class=options.RAW,
+        epilog=options.EPILOG_SPECS,
+    )
     fe.add_argument("spec", help="fabric spec")
-    fe.add_argument("-o", "--output", required=True, help="output file; the extension picks the format "
-                    "(NAME.clab.yml: a containerlab topology, plus NAME.setup.sh creating its OVS bridges)")
-    fe.add_argument("--image", default="ghcr.io/hellt/network-multitool",
-                    help="clab export: container image of the GPU hosts (needs iproute2)")
+    fe.add_argument(
+        "-o",
+        "--output",
+        required=True,
+        help="output file; the extension picks the format "
+        "(NAME.clab.yml: a containerlab topology, plus NAME.setup.sh creating its OVS bridges)",
+    )
+    fe.add_argument(
+        "--image",
+        default="ghcr.io/hellt/network-multitool",
+        help="clab export: container image of the GPU hosts (needs iproute2)",
+    )
     fi = fsub.add_parser("import", help="rebuild the zlab fabric model of a containerlab file zlab exported")
     fi.add_argument("clab_file", help="NAME.clab.yml written by zlab fabric export")
     fi.add_argument("-o", "--output", required=True, help="the fabric JSON to write (.json)")

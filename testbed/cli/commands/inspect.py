@@ -21,13 +21,28 @@ def run(args) -> int:
     for r in rows:
         r["age"] = "?" if r["age_s"] is None else f"{r['age_s']:.0f} s"
         r["ports_s"] = f"{r['ports']} ({r['bridges']} switches, {r['hosts']} hosts)"
-    print_table(rows, [("run", "run", None), ("kind", "kind", None), ("spec", "spec", None), ("pid", "pid", None),
-                       ("age", "age", None), ("controller", "controller", None), ("datapath", "datapath", None),
-                       ("ports_s", "veth ends", None), ("status", "status", None), ("user", "user", None)])
+    print_table(
+        rows,
+        [
+            ("run", "run", None),
+            ("kind", "kind", None),
+            ("spec", "spec", None),
+            ("pid", "pid", None),
+            ("age", "age", None),
+            ("controller", "controller", None),
+            ("datapath", "datapath", None),
+            ("ports_s", "veth ends", None),
+            ("status", "status", None),
+            ("user", "user", None),
+        ],
+    )
     return 0
 
 
 def register(sub) -> None:
-    ins = sub.add_parser("inspect", parents=[options.JSON],
-                         help="live runs (zlab up and zlab run): spec, pid, age, controller, ports, datapath")
+    ins = sub.add_parser(
+        "inspect",
+        parents=[options.JSON],
+        help="live runs (zlab up and zlab run): spec, pid, age, controller, ports, datapath",
+    )
     ins.set_defaults(func=run)

@@ -21,8 +21,13 @@ def run(args) -> int:
 
 
 def register(sub) -> None:
-    r = sub.add_parser("route", parents=[options.JSON], help="the model's path of one flow, hop by hop",
-                       formatter_class=options.RAW, epilog=options.EPILOG_SPECS)
+    r = sub.add_parser(
+        "route",
+        parents=[options.JSON],
+        help="the model's path of one flow, hop by hop",
+        formatter_class=options.RAW,
+        epilog=options.EPILOG_SPECS,
+    )
     r.add_argument("spec", help="fabric spec")
     r.add_argument("src", help="source GPU port: interface name (g0-p0) or IP")
     r.add_argument("dst", help="destination GPU (g5: the address rule picks its port) or GPU port")

@@ -4,14 +4,15 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from .. import options
 from ...errors import UserInputError
+from .. import options
 from ..experiments import print_plan, print_summary, resolved
 
 
 def retry_spec(run_dir: str):
     """The spec of an earlier run, narrowed to its invalid fabrics, with the advice applied."""
-    from ...experiment import advice, spec as especs
+    from ...experiment import advice
+    from ...experiment import spec as especs
     from ...measure.report import RunFolderError
     from ...records import read_json, write_json
 
@@ -77,23 +78,44 @@ def run(args) -> int:
 
 
 def register(sub) -> None:
-    ru = sub.add_parser("run", parents=[options.EXPERIMENT],
-                        help="run an experiment spec (default: ZCube(4,2) vs 16-GPU two-segment ROFT, "
-                             "Azure code trace); writes results/<run>/report.md")
+    ru = sub.add_parser(
+        "run",
+        parents=[options.EXPERIMENT],
+        help="run an experiment spec (default: ZCube(4,2) vs 16-GPU two-segment ROFT, "
+        "Azure code trace); writes results/<run>/report.md",
+    )
     ru.add_argument("spec", nargs="?", help="YAML experiment spec merged over the built-in default")
-    ru.add_argument("--dry-run", action="store_true",
-                    help="resolve everything and print the plan per fabric (rates, scaling, messages, bytes, "
-                         "expected duration and peak packet rate) and the scaling planner's trade-off; bring nothing up")
-    ru.add_argument("--preset", choices=("as-given", "queue-faithful"), default="as-given",
-                    help="as-given: the spec's scales (the default spec is the fast preset); queue-faithful: the "
-                         "planner picks rate and size scales so the XOFF is >= 4 frames and the peak stays within "
-                         "70 %% of the measured capacity, and cuts requests to the budget")
-    ru.add_argument("--retry-invalid", metavar="RUN",
-                    help="rerun only the INVALID fabrics of an earlier run, with the change its verdict suggested "
-                         "(printed after an invalid run)")
-    ru.add_argument("--budget-s", type=float, default=600.0,
-                    help="wall-time budget for --preset queue-faithful, seconds (default 600)")
-    ru.add_argument("--precision", type=float, metavar="P",
-                    help="choose the number of repeats (ECMP draws) so the 95 %% interval on the share of draws "
-                         "with an ECMP collision is within ±P (e.g. 0.1), at the routing model's probability")
+    ru.add_argument(
+        "--dry-run",
+        action="store_true",
+        help="resolve everything and print the plan per fabric (rates, scaling, messages, bytes, "
+        "expected duration and peak packet rate) and the scaling planner's trade-off; bring nothing up",
+    )
+    ru.add_argument(
+        "--preset",
+        choices=("as-given", "queue-faithful"),
+        default="as-given",
+        help="as-given: the spec's scales (the default spec is the fast preset); queue-faithful: the "
+        "planner picks rate and size scales so the XOFF is >= 4 frames and the peak stays within "
+        "70 %% of the measured capacity, and cuts requests to the budget",
+    )
+    ru.add_argument(
+        "--retry-invalid",
+        metavar="RUN",
+        help="rerun only the INVALID fabrics of an earlier run, with the change its verdict suggested "
+        "(printed after an invalid run)",
+    )
+    ru.add_argument(
+        "--budget-s",
+        type=float,
+        default=600.0,
+        help="wall-time budget for --preset queue-faithful, seconds (default 600)",
+    )
+    ru.add_argument(
+        "--precision",
+        type=float,
+        metavar="P",
+        help="choose the number of repeats (ECMP draws) so the 95 %% interval on the share of draws "
+        "with an ECMP collision is within ±P (e.g. 0.1), at the routing model's probability",
+    )
     ru.set_defaults(func=run)

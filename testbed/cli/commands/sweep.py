@@ -2,8 +2,8 @@
 
 from __future__ import annotations
 
-from .. import options
 from ...errors import UserInputError
+from .. import options
 from ..experiments import compare_roots, resolved
 
 
@@ -26,9 +26,11 @@ def run(args) -> int:
 
 
 def register(sub) -> None:
-    sw = sub.add_parser("sweep", parents=[options.JSON, options.EXPERIMENT],
-                        help="run a spec once per value of one field, then compare")
+    sw = sub.add_parser(
+        "sweep", parents=[options.JSON, options.EXPERIMENT], help="run a spec once per value of one field, then compare"
+    )
     sw.add_argument("spec", nargs="?", help="YAML experiment spec (default: the built-in one)")
-    sw.add_argument("--param", required=True, metavar="KEY=v1,v2",
-                    help="e.g. emulation.rate_scale=5e-5,1e-4 (NIC 100G vs 200G)")
+    sw.add_argument(
+        "--param", required=True, metavar="KEY=v1,v2", help="e.g. emulation.rate_scale=5e-5,1e-4 (NIC 100G vs 200G)"
+    )
     sw.set_defaults(func=run)

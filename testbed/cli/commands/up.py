@@ -12,8 +12,8 @@ import sys
 import time
 from pathlib import Path
 
-from .. import options
 from ...errors import RuntimeFailure
+from .. import options
 
 
 def up_options(args):
@@ -21,19 +21,46 @@ def up_options(args):
     from ...emulation.config import EmulationConfig
     from ...emulation.up import UpOptions
 
-    cfg = EmulationConfig(rate_scale=args.rate_scale, mtu_bytes=args.mtu, queue_limit_pkts=args.queue_pkts,
-                          datapath=args.datapath)
-    return UpOptions(spec=args.spec, cfg=cfg, results_dir=args.results, controller=args.controller,
-                     miswire=args.miswire, wiring_check=args.wiring_check, interactive=not args.no_cli,
-                     duration_s=args.duration, run_id=args.run_id)
+    cfg = EmulationConfig(
+        rate_scale=args.rate_scale, mtu_bytes=args.mtu, queue_limit_pkts=args.queue_pkts, datapath=args.datapath
+    )
+    return UpOptions(
+        spec=args.spec,
+        cfg=cfg,
+        results_dir=args.results,
+        controller=args.controller,
+        miswire=args.miswire,
+        wiring_check=args.wiring_check,
+        interactive=not args.no_cli,
+        duration_s=args.duration,
+        run_id=args.run_id,
+    )
 
 
 def child_argv(opts, run_id: str) -> list[str]:
     """`zlab up --no-cli` with the same settings, for the detached child."""
-    argv = [sys.executable, "-m", "testbed.cli", "up", opts.spec, "--no-cli", "--run-id", run_id,
-            "--rate-scale", repr(opts.cfg.rate_scale), "--mtu", str(opts.cfg.mtu_bytes),
-            "--queue-pkts", str(opts.cfg.queue_limit_pkts), "--datapath", opts.cfg.datapath,
-            "--controller", opts.controller, "--results", opts.results_dir]
+    argv = [
+        sys.executable,
+        "-m",
+        "testbed.cli",
+        "up",
+        opts.spec,
+        "--no-cli",
+        "--run-id",
+        run_id,
+        "--rate-scale",
+        repr(opts.cfg.rate_scale),
+        "--mtu",
+        str(opts.cfg.mtu_bytes),
+        "--queue-pkts",
+        str(opts.cfg.queue_limit_pkts),
+        "--datapath",
+        opts.cfg.datapath,
+        "--controller",
+        opts.controller,
+        "--results",
+        opts.results_dir,
+    ]
     if opts.duration_s:
         argv += ["--duration", repr(opts.duration_s)]
     return argv
@@ -50,8 +77,14 @@ def up_detached(opts, timeout_s: float = 300.0) -> int:
     results.mkdir(parents=True, exist_ok=True)
     log_path = results / f"{run_id}.log"
     with open(log_path, "w") as log:
-        child = subprocess.Popen(child_argv(opts, run_id), stdin=subprocess.DEVNULL, stdout=log,
-                                 stderr=subprocess.STDOUT, start_new_session=True, cwd=os.getcwd())
+        child = subprocess.Popen(
+            child_argv(opts, run_id),
+            stdin=subprocess.DEVNULL,
+            stdout=log,
+            stderr=subprocess.STDOUT,
+            start_new_session=True,
+            cwd=os.getcwd(),
+        )
     run_json = results / run_id / "run.json"
     deadline = time.monotonic() + timeout_s
     while True:
@@ -63,8 +96,10 @@ def up_detached(opts, timeout_s: float = 300.0) -> int:
                 pass  # being written
         if child.poll() is not None:
             tail = log_path.read_text().strip().splitlines()[-3:]
-            raise RuntimeFailure(f"zlab up -d: the fabric did not come up (exit {child.returncode}): "
-                                 f"{' | '.join(tail) or 'no output'}", str(log_path))
+            raise RuntimeFailure(
+                f"zlab up -d: the fabric did not come up (exit {child.returncode}): {' | '.join(tail) or 'no output'}",
+                str(log_path),
+            )
         if time.monotonic() > deadline:
             child.terminate()
             raise RuntimeFailure(f"zlab up -d: not ready after {timeout_s:.0f} s; stopped it", str(log_path))
@@ -84,27 +119,51 @@ def run(args) -> int:
 
 
 def register(sub) -> None:
-    up = sub.add_parser("up", help="bring a fabric up in Mininet with the zlab controller (root)",
-                        formatter_class=options.RAW, epilog=options.EPILOG_SPECS)
+    up = sub.add_parser(
+        "up",
+        help="bring a fabric up in Mininet with the zlab controller (root)",
+        formatter_class=options.RAW,
+        epilog=options.EPILOG_SPECS,
+    )
     up.add_argument("spec", help="fabric spec, e.g. zcube:n=4")
-    up.add_argument("--rate-scale", type=float, default=1e-4,
-                    help="emulated rate = model rate x this (default 1e-4: 200 Gb/s -> 20 Mb/s); "
-                         "links above 1000 Mb/s are refused")
+    up.add_argument(
+        "--rate-scale",
+        type=float,
+        default=1e-4,
+        help="emulated rate = model rate x this (default 1e-4: 200 Gb/s -> 20 Mb/s); links above 1000 Mb/s are refused",
+    )
     up.add_argument("--mtu", type=int, default=1500, help="MTU of every link, bytes (default 1500)")
     up.add_argument("--queue-pkts", type=int, default=1000, help="switch egress queue limit, packets (default 1000)")
-    up.add_argument("--datapath", choices=("auto", "netdev", "system"), default="auto",
-                    help="OVS datapath (default: what provision.sh detected)")
-    up.add_argument("--miswire", nargs="?", const="auto", metavar="PORT1,PORT2",
-                    help="swap two cables on purpose: two switch ports of fabric cables, or two GPU ports (NIC "
-                         "cables, e.g. g0-p0,g1-p0); default: the first two fabric cables that share no switch")
+    up.add_argument(
+        "--datapath",
+        choices=("auto", "netdev", "system"),
+        default="auto",
+        help="OVS datapath (default: what provision.sh detected)",
+    )
+    up.add_argument(
+        "--miswire",
+        nargs="?",
+        const="auto",
+        metavar="PORT1,PORT2",
+        help="swap two cables on purpose: two switch ports of fabric cables, or two GPU ports (NIC "
+        "cables, e.g. g0-p0,g1-p0); default: the first two fabric cables that share no switch",
+    )
     up.add_argument("--wiring-check", action="store_true", help="print the cabling check once the fabric is up")
     up.add_argument("--no-cli", action="store_true", help="no Mininet CLI: stay up until Ctrl-C/SIGTERM")
     up.add_argument("--duration", type=float, default=0, help="with --no-cli: tear down after this many seconds")
     up.add_argument("--results", default="results", help="where the run folder goes (default ./results)")
-    up.add_argument("--controller", choices=("os-ken", "ryu"), default="os-ken",
-                    help="framework running the zlab app: os-ken (default, the maintained fork) or ryu (real Ryu 4.34 "
-                         "from .venv-ryu, through a one-line eventlet shim; docs/emulation.md 'Controller frameworks')")
-    up.add_argument("-d", "--detach", action="store_true",
-                    help="bring it up in the background and return once it is ready (then: zlab inspect, zlab destroy)")
+    up.add_argument(
+        "--controller",
+        choices=("os-ken", "ryu"),
+        default="os-ken",
+        help="framework running the zlab app: os-ken (default, the maintained fork) or ryu (real Ryu 4.34 "
+        "from .venv-ryu, through a one-line eventlet shim; docs/emulation.md 'Controller frameworks')",
+    )
+    up.add_argument(
+        "-d",
+        "--detach",
+        action="store_true",
+        help="bring it up in the background and return once it is ready (then: zlab inspect, zlab destroy)",
+    )
     up.add_argument("--run-id", help=argparse.SUPPRESS)  # zlab up -d names its child's run
     up.set_defaults(func=run)

@@ -2,8 +2,8 @@
 
 from __future__ import annotations
 
-from .. import options
 from ...errors import UserInputError
+from .. import options
 from ..output import print_json
 
 
@@ -22,16 +22,19 @@ def run(args) -> int:
         results.append(proof.__dict__ | {"ok": proof.ok})
         if not args.json:
             fmt = lambda hops: " -> ".join(f"{s}[out {p}]" for s, p in hops) or "(nothing counted)"  # noqa: E731
-            print(f"{'ok  ' if proof.ok else 'FAIL'} {src} -> {proof.dst} sport {args.sport}: "
-                  f"model {fmt(proof.model)}; counters {fmt(proof.observed)}")
+            print(
+                f"{'ok  ' if proof.ok else 'FAIL'} {src} -> {proof.dst} sport {args.sport}: "
+                f"model {fmt(proof.model)}; counters {fmt(proof.observed)}"
+            )
     if args.json:
         print_json(results)
     return 1 if bad else 0
 
 
 def register(sub) -> None:
-    vp = sub.add_parser("verify-paths", parents=[options.JSON],
-                        help="prove from switch counters which path probes took, vs the model")
+    vp = sub.add_parser(
+        "verify-paths", parents=[options.JSON], help="prove from switch counters which path probes took, vs the model"
+    )
     vp.add_argument("run_dir", help="run folder of a running fabric")
     vp.add_argument("pairs", nargs="+", metavar="SRC_PORT:DST", help="e.g. g0-p0:g5 (DST: GPU or GPU port)")
     vp.add_argument("--sport", type=int, default=49152, help="UDP source port of the probes (ECMP entropy)")

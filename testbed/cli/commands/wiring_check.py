@@ -25,7 +25,10 @@ def run(args) -> int:
 
 
 def register(sub) -> None:
-    wc = sub.add_parser("wiring-check", parents=[options.JSON],
-                        help="compare every cable of a live run (NIC and fabric), as LLDP found it, with the blueprint")
+    wc = sub.add_parser(
+        "wiring-check",
+        parents=[options.JSON],
+        help="compare every cable of a live run (NIC and fabric), as LLDP found it, with the blueprint",
+    )
     wc.add_argument("run_dir", help="run folder of a running fabric (zlab up prints it)")
     wc.set_defaults(func=run)
