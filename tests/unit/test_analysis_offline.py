@@ -234,6 +234,7 @@ def test_rule_link_bytes_off_the_model(run):
     assert any("off the model" in r or "does not route through" in r for r in _reasons(run))
 
 
+@pytest.mark.slow  # over 3 s: kept out of the fast loop, which must stay under a minute
 def test_torn_last_line_is_skipped_a_damaged_one_is_not(run):
     tr = _raw(run, "roft") / "transfers.jsonl"
     before = report.build(run)["fabrics"]["roft"]["repeats"][0]
@@ -334,6 +335,7 @@ def test_steal_alone_is_not_answered_with_a_lower_rate(run):
     assert "rerun as is" in text and "(same settings)" in text
 
 
+@pytest.mark.slow  # over 3 s: kept out of the fast loop, which must stay under a minute
 def test_retry_refuses_a_valid_run_and_an_unfixable_one(run, capsys):
     from testbed.cli import main
 

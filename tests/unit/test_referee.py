@@ -237,6 +237,7 @@ def test_link_model_term_by_hand():
     assert 16_930e-6 - term[0] == pytest.approx((4170 + 2 * 4154) * 1e-6)
 
 
+@pytest.mark.slow  # over 3 s: kept out of the fast loop, which must stay under a minute
 def test_what_if_replays_are_named_and_kept_apart(tmp_path, capsys):
     """A replay with another window is a question, not the comparison: it goes to its own file,
     says WHAT-IF, leaves the real summary and report alone, and refuses unknown parameters."""

@@ -58,6 +58,7 @@ def test_fair_share_and_fails_without_pacing(bucket):
     assert not bad["ok"] and bad["max_gap"] > 0.05
 
 
+@pytest.mark.slow  # over 3 s: kept out of the fast loop, which must stay under a minute
 def test_cli_oracles_exit_codes(capsys):
     assert zlab(["referee", "--oracles"]) == 0
     assert "oracles: ALL PASS" in capsys.readouterr().out
