@@ -160,6 +160,10 @@ def test_report_files_read_back(rank_shifted):
 
 
 def test_interrupted_run_keeps_data_and_says_so(tmp_path):
+    """Ctrl-C once the first fabric has recorded a transfer: exit 130, the data kept, the run marked
+    incomplete, the fabric gone. The interrupt waits for a recorded transfer rather than a fixed
+    delay (on a loaded host the replay starts later), and a run that does not stop in time is
+    killed and cleaned so that one failure does not leave a fabric for the next tests."""
     p = subprocess.Popen(
         [
             sys.executable,
@@ -177,12 +181,22 @@ def test_interrupted_run_keeps_data_and_says_so(tmp_path):
         stderr=subprocess.STDOUT,
         text=True,
     )
-    for line in p.stdout:
-        if "calibration" in line:  # the first fabric is about to replay
-            break
-    time.sleep(3)
-    p.send_signal(signal.SIGINT)
-    out = p.communicate(timeout=120)[0]
+    try:
+        for line in p.stdout:
+            if "calibration" in line:  # the first fabric is about to replay
+                break
+        deadline = time.monotonic() + 60
+        while time.monotonic() < deadline and not any(
+            f.stat().st_size > 0 for f in tmp_path.glob("*/zcube/raw/rep0/transfers.jsonl")
+        ):
+            time.sleep(0.2)
+        p.send_signal(signal.SIGINT)
+        out = p.communicate(timeout=120)[0]
+    finally:
+        if p.poll() is None:  # did not stop: kill it and remove what it registered
+            p.kill()
+            p.wait(timeout=30)
+            subprocess.run([sys.executable, "-m", "testbed.cli", "clean"], cwd=REPO, timeout=300)
     assert p.returncode == 130, out
     (root,) = tmp_path.iterdir()
     assert json.loads((root / "run.json").read_text())["status"] == "incomplete"
