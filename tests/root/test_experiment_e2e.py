@@ -162,8 +162,9 @@ def test_report_files_read_back(rank_shifted):
 def test_interrupted_run_keeps_data_and_says_so(tmp_path):
     """Ctrl-C once the first fabric has recorded a transfer: exit 130, the data kept, the run marked
     incomplete, the fabric gone. The interrupt waits for a recorded transfer rather than a fixed
-    delay (on a loaded host the replay starts later), and a run that does not stop in time is
-    killed and cleaned so that one failure does not leave a fabric for the next tests."""
+    delay (on a loaded host the replay starts later); the child gets the default SIGINT whatever
+    the suite inherited; a run that does not stop in time is killed and cleaned so that one failure
+    does not leave a fabric for the next tests."""
     p = subprocess.Popen(
         [
             sys.executable,
@@ -180,6 +181,9 @@ def test_interrupted_run_keeps_data_and_says_so(tmp_path):
         stdout=subprocess.PIPE,
         stderr=subprocess.STDOUT,
         text=True,
+        # Ctrl-C must reach the run even when the suite itself was started in the background, where
+        # the shell sets SIGINT to ignored and every child would inherit that (seen in a local CI run)
+        preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL),
     )
     try:
         for line in p.stdout:
