@@ -13,29 +13,12 @@ import pytest
 from testbed.measure import report
 from testbed.measure.report import MissingRecords, RunFolderError
 from testbed.records import RecordError, read_jsonl
+from tests.unit.minirun import MINI
+from tests.unit.minirun import edit_json as _edit_json
+from tests.unit.minirun import raw as _raw
+from tests.unit.minirun import rewrite_jsonl as _rewrite_jsonl
 
-MINI = Path(__file__).resolve().parents[1] / "data" / "mini-run"
 LABELS = ("zcube", "roft")
-
-
-@pytest.fixture
-def run(tmp_path):
-    dst = tmp_path / "run"
-    shutil.copytree(MINI, dst)
-    return dst
-
-
-def _edit_json(path: Path, fn):
-    path.write_text(json.dumps(fn(json.loads(path.read_text()))))
-
-
-def _rewrite_jsonl(path: Path, fn):
-    recs = [fn(r) for r in read_jsonl(path)]
-    path.write_text("".join(json.dumps(r) + "\n" for r in recs))
-
-
-def _raw(run, label, k=0):
-    return run / label / "raw" / f"rep{k}"
 
 
 def test_the_committed_run_is_small_and_complete():

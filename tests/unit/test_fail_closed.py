@@ -4,9 +4,7 @@ failure run's loss outside the failed element, a retransmission on a path withou
 calibration, a failed cleanup command — on the recorded mini-run (tests/data/mini-run)."""
 
 import json
-import shutil
 import subprocess
-from pathlib import Path
 
 import pytest
 
@@ -18,23 +16,9 @@ from testbed.measure import report
 from testbed.measure.metrics import repeat_metrics
 from testbed.measure.tables import FabricData
 from testbed.records import read_jsonl
-
-MINI = Path(__file__).resolve().parents[1] / "data" / "mini-run"
-
-
-@pytest.fixture
-def run(tmp_path):
-    dst = tmp_path / "run"
-    shutil.copytree(MINI, dst)
-    return dst
-
-
-def _edit_json(path: Path, fn):
-    path.write_text(json.dumps(fn(json.loads(path.read_text()))))
-
-
-def _raw(run, label, k=0):
-    return run / label / "raw" / f"rep{k}"
+from tests.unit.minirun import MINI
+from tests.unit.minirun import edit_json as _edit_json
+from tests.unit.minirun import raw as _raw
 
 
 def _repeat(run, label="roft", k=0) -> dict:
