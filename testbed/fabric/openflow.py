@@ -17,7 +17,10 @@ def flow_entries(tables: Tables, switch: str) -> list[dict]:
     matching ipv4_dst plus masked udp_src bits, and a non-UDP fallback to member 0.
     """
     node = tables.fabric.node_by_name[switch]
-    seed = int(tables.seeds[tables.switch_rows[node.id]])
+    row = tables.switch_rows[node.id]
+    seed = int(tables.seeds[row])
+    lanes, n_lanes = tables.ecmp_lanes
+    lane = int(lanes[row])
     out = []
     for e in tables.entries(switch):
         base = PRIORITY_HOST if e["prefix_len"] == 32 else PRIORITY_DEFAULT
@@ -26,8 +29,8 @@ def flow_entries(tables: Tables, switch: str) -> list[dict]:
         match = {"ipv4_dst": e["dst_ip"], "ipv4_mask": mask}
         out.append({"priority": base, **match, "udp_src": None, "out_port": ports[0]})
         if len(ports) > 1:
-            shift, bits = ecmp_window(seed, len(ports))
-            table = ecmp_table(seed, len(ports))
+            shift, bits = ecmp_window(seed, len(ports), lane, n_lanes)
+            table = ecmp_table(seed, len(ports), bits)
             for b in range(1 << bits):
                 out.append(
                     {

@@ -104,7 +104,8 @@ def walk(fab: Fabric, src_ports, dst_addrs, sport, max_hops: int = 8, tables: Ta
         member = np.zeros(idx.size, dtype=np.int64)
         multi = size > 1
         if multi.any():
-            member[multi] = ecmp_member(t.seeds[rows[multi]], sport[idx[multi]], size[multi])
+            lane, lanes = t.ecmp_lanes
+            member[multi] = ecmp_member(t.seeds[rows[multi]], sport[idx[multi]], size[multi], lane[rows[multi]], lanes)
         op = t.group_ports[grp, member]
         out[idx, h] = op
         lk = fab.port_link[op]

@@ -49,6 +49,18 @@ class Tables:
     def seeds(self) -> np.ndarray:
         return switch_seed(np.array([sw.dpid for sw in self.fabric.switches], dtype=U64))
 
+    @cached_property
+    def ecmp_lanes(self) -> tuple[np.ndarray, int]:
+        """(lane per switch row, number of lanes): every tier whose switches hold multi-port
+        groups gets its own lane of UDP-source-port bits (ecmp.ecmp_window), so the choices of
+        ECMP switches in series are independent. -1 for switches without groups."""
+        n_ports = len(self.fabric.ports)
+        tiers = np.array([sw.tier for sw in self.fabric.switches], dtype=np.int64)
+        has_multi = (self.next_group >= n_ports).any(axis=1)
+        ecmp_tiers = sorted(set(tiers[has_multi].tolist()))
+        lane = np.array([ecmp_tiers.index(t) if t in ecmp_tiers else -1 for t in tiers.tolist()], dtype=np.int64)
+        return lane, max(1, len(ecmp_tiers))
+
     def group_members(self, group: int) -> tuple[int, ...]:
         return tuple(int(p) for p in self.group_ports[group, : self.group_size[group]])
 

@@ -45,3 +45,20 @@ def test_ecmp_matches_independent_per_hop_choice(spec):
     model = np.mean([estimate(fab, traffic, seed=s).util.max() for s in SEEDS])
     oracle = np.mean([oracle_max_util(fab, traffic, s) for s in SEEDS])
     assert abs(model / oracle - 1) <= 0.05, (model, oracle)
+
+
+def test_ecmp_tiers_in_series_read_disjoint_source_port_lanes():
+    """A three-tier ROFT's leaf, aggregation and core groups read non-overlapping bits of the
+    source port; a two-tier ROFT with one link per leaf-spine pair (one ECMP tier) keeps the seed-placed window."""
+    from testbed.fabric.ecmp import ecmp_window
+
+    t = forwarding_tables(build_fabric("roft:gpus=1024,radix=32"))
+    lane, lanes = t.ecmp_lanes
+    assert lanes == 3
+    windows = [ecmp_window(0, 16, i, lanes) for i in range(lanes)]
+    masks = [((1 << b) - 1) << s for s, b in windows]
+    assert all(masks[i] & masks[j] == 0 for i in range(3) for j in range(i + 1, 3)), windows
+    assert all(m < 1 << 14 for m in masks)
+    assert forwarding_tables(build_fabric("roft:gpus=64")).ecmp_lanes[1] == 1  # leaves only
+    # parallel leaf-spine links: the spine's choice among them is a second tier in series
+    assert forwarding_tables(build_fabric("roft:gpus=64,radix=16")).ecmp_lanes[1] == 2

@@ -124,3 +124,20 @@ def test_a_shuffled_table_fails(three_tier, tmp_path):
     (tmp_path / "flows.json").write_text(json.dumps(doc))
     r = routing.check(d / "fabric.json", tmp_path / "flows.json", pairs)
     assert not r.ok and (r.misdelivered or r.not_shortest or r.starved or r.share_failures)
+
+
+@pytest.mark.slow
+def test_the_256_gpu_three_tier_roft_spreads_every_arrival(tmp_path):
+    """The oracle's finding on ECMP windows that overlapped from tier to tier (members left with 0.11
+    of their fair share): with a lane of source-port bits per ECMP tier, every switch's members get
+    their fair share of every source's arrivals."""
+    fab = build_fabric("roft:gpus=256,tiers=3,gpus_per_server=8,radix=16")
+    (tmp_path / "fabric.json").write_text(fab.to_json())
+    (tmp_path / "flows.json").write_text(json.dumps(flows_document(fab)))
+    g = routing.Graph.load(tmp_path / "fabric.json")
+    nics = g.nic_ports()
+    sources = nics[:: len(nics) // 4][:4]
+    pairs = [(g.port_name[a], g.port_name[b]) for a in sources for b in nics if g.port_node[a] != g.port_node[b]]
+    r = routing.check(tmp_path / "fabric.json", tmp_path / "flows.json", pairs)
+    assert r.ok, r.as_dict()
+    assert r.min_member_share >= routing.STARVE_FLOOR and r.max_share_deviation <= routing.SHARE_TOLERANCE
