@@ -1,0 +1,68 @@
+"""The flow-level engine on a fabric: each transfer follows the route the fabric's forwarding
+tables give its (source port, destination, UDP source port), and shares links max-min fairly
+with every other transfer, event by event (testbed/network_engine.py's interface).
+
+Why the tables: they are what the controller installs and what the emulation and the packet
+engine forward by, so ZCube's unique path per source port and ROFT's ECMP member per UDP source
+port are the same here as there. A GPU's NIC link is a link like any other, so a GPU's transfers
+share its port.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+from ..fabric.model import Fabric
+from ..fabric.paths import forwarding_tables, gpu_port_ref, walk
+from ..fabric.tables import Tables
+from .network import FluidNetwork
+
+ROCE_SPORT_FIRST, ROCE_SPORT_COUNT = 49152, 16384
+
+
+class FlowEngine:
+    """Max-min fair-share transfers over the fabric's exact routes (NetworkEngine "flow")."""
+
+    name = "flow"
+
+    def __init__(self, fab: Fabric, tables: Tables | None = None, seed: int = 0):
+        self.fab = fab
+        self.tables = tables if tables is not None else forwarding_tables(fab)
+        # directed link 2*lk + d has the link's rate in both directions
+        self.net = FluidNetwork(np.repeat(np.asarray(fab.link_rate_bps, dtype=float), 2))
+        self._rng = np.random.default_rng(seed)
+        self.routes: dict[int, tuple[int, ...]] = {}
+
+    def route(self, src: str, dst: str, sport: int) -> np.ndarray:
+        """Directed link ids from GPU port src to GPU port dst for this UDP source port."""
+        sp, da = gpu_port_ref(self.fab, src), gpu_port_ref(self.fab, dst)
+        w = walk(self.fab, [sp], [da], sport, tables=self.tables)
+        k = int(w.n_hops[0])
+        if k < 0:
+            raise LookupError(f"no route from {src} to {dst} (sport {sport}): the tables do not deliver it")
+        return w.dlinks[0, : k + 1]
+
+    def start(self, t_ns: int, flow_id: int, src: str, dst: str, size_bytes: int, sport: int | None = None) -> None:
+        if sport is None:  # as a RoCE NIC draws it: uniform over the RoCEv2 source-port range
+            sport = ROCE_SPORT_FIRST + int(self._rng.integers(ROCE_SPORT_COUNT))
+        r = self.route(src, dst, sport)
+        self.routes[flow_id] = tuple(int(x) for x in r)
+        self.net.add(t_ns, flow_id, r, size_bytes)
+
+    def next_event_ns(self) -> int | None:
+        return self.net.next_event_ns()
+
+    def advance(self, t_ns: int) -> list[tuple[int, int]]:
+        return self.net.advance(t_ns)
+
+
+def run_transfers(engine, transfers) -> list[tuple[int, int]]:
+    """Drive an engine through (t_ns, flow_id, src, dst, size_bytes, sport) in start order; return
+    every (flow_id, t_done_ns). The open-loop replay: starts do not depend on completions."""
+    done: list[tuple[int, int]] = []
+    for t, fid, src, dst, size, sport in sorted(transfers, key=lambda x: (x[0], x[1])):
+        done += engine.advance(t)
+        engine.start(t, fid, src, dst, size, sport)
+    while (t := engine.next_event_ns()) is not None:
+        done += engine.advance(t)
+    return done

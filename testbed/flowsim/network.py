@@ -1,0 +1,111 @@
+"""A fluid network of transfers over fixed routes: max-min rates recomputed at every start and
+completion (event by event), bytes drained at those rates in between.
+
+Why apart from the fabric: the event logic is checked against hand-worked schedules on made-up
+links, and the fabric engine (engine.py) only turns GPU ports and source ports into routes.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+from .maxmin import max_min_rates
+
+NS_PER_S = 1e9
+
+
+class FluidNetwork:
+    """Transfers (flow_id, route, bytes) sharing links of given capacities; times in integer ns.
+
+    Completion times are computed in floating point and reported rounded up to the next ns (a
+    transfer is done no earlier than its last bit)."""
+
+    def __init__(self, capacity_bps: np.ndarray):
+        self.capacity_bps = np.asarray(capacity_bps, dtype=float)
+        self.now_ns = 0.0
+        self._ids: list[int] = []
+        self._routes: list[np.ndarray] = []
+        self._left_bits = np.zeros(0)
+        self._rate = np.zeros(0)
+        self.rate_solves = 0
+        self._soonest = 0
+
+    # -- what the engine interface needs ------------------------------------------------------
+    def add(self, t_ns: int, flow_id: int, route: np.ndarray, size_bytes: int) -> None:
+        if t_ns < self.now_ns - 1e-6:
+            raise ValueError(
+                f"transfer {flow_id} starts at {t_ns} ns, before the engine's clock ({self.now_ns:.0f} ns)"
+            )
+        done = self._drain_to(float(t_ns))
+        if done:
+            raise RuntimeError(f"transfers {done} completed before {t_ns} ns and were not collected: call advance()")
+        self._ids.append(int(flow_id))
+        self._routes.append(np.asarray(route, dtype=np.int64))
+        self._left_bits = np.append(self._left_bits, 8.0 * size_bytes)
+        self._solve()
+
+    def next_event_ns(self) -> int | None:
+        t = self._next_completion()
+        return None if t is None else int(np.ceil(t - 1e-6))
+
+    def advance(self, t_ns: int) -> list[tuple[int, int]]:
+        out: list[tuple[int, int]] = []
+        while True:
+            t = self._next_completion()
+            if t is None or t > t_ns + 1e-6:
+                break
+            out += self._drain_to(t, finished=self._ids[self._soonest])
+        self._drain_to(float(t_ns))
+        return out
+
+    @property
+    def active(self) -> int:
+        return len(self._ids)
+
+    def rates_bps(self) -> dict[int, float]:
+        return dict(zip(self._ids, self._rate.tolist()))
+
+    # -- internals ------------------------------------------------------------------------------
+    def _next_completion(self) -> float | None:
+        if not self._ids:
+            return None
+        with np.errstate(divide="ignore"):
+            dt_s = np.where(self._rate > 0, self._left_bits / np.where(self._rate > 0, self._rate, 1), np.inf)
+        i = self._soonest = int(np.argmin(dt_s))
+        if not np.isfinite(dt_s[i]):
+            raise RuntimeError(f"transfer {self._ids[i]} has no capacity on its route: it would never complete")
+        return self.now_ns + dt_s[i] * NS_PER_S
+
+    def _drain_to(self, t_ns: float, finished: int | None = None) -> list[tuple[int, int]]:
+        """Move the clock to t_ns, draining bytes; remove and return transfers that finished
+        (`finished`: the one whose completion time t_ns is, done whatever float drift says)."""
+        if t_ns <= self.now_ns or not self._ids:
+            self.now_ns = max(self.now_ns, t_ns)
+            return []
+        self._left_bits -= self._rate * (t_ns - self.now_ns) / NS_PER_S
+        self.now_ns = t_ns
+        # a transfer within a millionth of a bit (or of its own size) of done is done: float drift
+        done = self._left_bits <= np.maximum(1e-6, 1e-12 * self._left_bits.max(initial=0))
+        if finished is not None:
+            done[self._ids.index(finished)] = True
+        if not done.any():
+            return []
+        t_done = int(np.ceil(t_ns - 1e-6))
+        out = [(fid, t_done) for fid, d in zip(self._ids, done) if d]
+        keep = ~done
+        self._ids = [f for f, k in zip(self._ids, keep) if k]
+        self._routes = [r for r, k in zip(self._routes, keep) if k]
+        self._left_bits = self._left_bits[keep]
+        self._solve()
+        return out
+
+    def _solve(self) -> None:
+        if not self._ids:
+            self._rate = np.zeros(0)
+            return
+        H = max(r.size for r in self._routes)
+        links = np.full((len(self._routes), H), -1, dtype=np.int64)
+        for i, r in enumerate(self._routes):
+            links[i, : r.size] = r
+        self._rate = max_min_rates(links, self.capacity_bps)
+        self.rate_solves += 1

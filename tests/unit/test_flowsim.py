@@ -1,0 +1,104 @@
+"""The flow-level engine against hand-worked fair shares and completion times, and its routes
+against the fabric's own path function."""
+
+import numpy as np
+import pytest
+
+from testbed.fabric import build_fabric
+from testbed.fabric.paths import route
+from testbed.flowsim.engine import FlowEngine, run_transfers
+from testbed.flowsim.maxmin import max_min_rates
+from testbed.flowsim.network import FluidNetwork
+
+G = 1e9
+
+
+def test_two_flows_on_one_link_get_half_each():
+    assert max_min_rates(np.array([[0], [0]]), np.array([100 * G])).tolist() == [50 * G, 50 * G]
+
+
+def test_parking_lot_gives_everyone_half():
+    """X crosses links a and b, Y only a, Z only b, all of capacity 1: every flow gets 1/2."""
+    r = max_min_rates(np.array([[0, 1], [0, -1], [1, -1]]), np.array([1.0, 1.0]))
+    assert r.tolist() == [0.5, 0.5, 0.5]
+
+
+def test_what_a_flow_cannot_use_goes_to_the_others():
+    """a = 10, b = 4; X over a and b, Y over a. b limits X to 4; Y takes the 6 left on a."""
+    r = max_min_rates(np.array([[0, 1], [0, -1]]), np.array([10.0, 4.0]))
+    assert r.tolist() == pytest.approx([4.0, 6.0])
+
+
+def test_chain_of_three_links_with_unequal_capacities():
+    """a = 3, b = 2, c = 6; X over a, b, c; Y over a; Z over b, c; W over c.
+    b: X and Z at 1 each (level 1, the lowest); then a leaves 2 to Y, c leaves 4 to W."""
+    links = np.array([[0, 1, 2], [0, -1, -1], [1, 2, -1], [2, -1, -1]])
+    assert max_min_rates(links, np.array([3.0, 2.0, 6.0])).tolist() == pytest.approx([1, 2, 1, 4])
+
+
+def test_completions_on_a_shared_link_by_hand():
+    """100 MB and 200 MB from t=0 on 100 Gb/s: both at 50 Gb/s until the first is done at
+    16 ms; the second then has 100 MB left at 100 Gb/s: 8 ms more, done at 24 ms."""
+    net = FluidNetwork(np.array([100 * G]))
+    net.add(0, 1, np.array([0]), 100_000_000)
+    net.add(0, 2, np.array([0]), 200_000_000)
+    assert net.advance(30_000_000) == [(1, 16_000_000), (2, 24_000_000)]
+
+
+def test_a_later_start_slows_the_first_transfer():
+    """A (100 MB) alone at 100 Gb/s from 0; B (100 MB) joins at 4 ms with A 50 MB short of done:
+    both at 50 Gb/s, A done 8 ms later (12 ms); B's last 50 MB alone: done at 16 ms."""
+    net = FluidNetwork(np.array([100 * G]))
+    net.add(0, 1, np.array([0]), 100_000_000)
+    assert net.advance(4_000_000) == []
+    net.add(4_000_000, 2, np.array([0]), 100_000_000)
+    assert net.next_event_ns() == 12_000_000
+    assert net.advance(12_000_000) == [(1, 12_000_000)]
+    assert net.advance(20_000_000) == [(2, 16_000_000)]
+    assert net.next_event_ns() is None
+
+
+def test_a_start_that_skips_a_completion_is_refused():
+    net = FluidNetwork(np.array([100 * G]))
+    net.add(0, 1, np.array([0]), 1_000)
+    with pytest.raises(RuntimeError, match="not collected"):
+        net.add(1_000_000, 2, np.array([0]), 1_000)
+
+
+@pytest.mark.parametrize("spec", ["roft:gpus=16,gpus_per_server=4", "zcube:n=4,gpus_per_server=4"])
+def test_routes_are_the_tables_routes(spec):
+    fab = build_fabric(spec)
+    eng = FlowEngine(fab)
+    names = [p.name for p in fab.ports[: fab.n_gpus * fab.ports_per_gpu]]
+    src = names[0]
+    for dst in names[len(names) // 2 :]:
+        for sport in (49152, 50001, 65535):
+            try:
+                expect = route(fab, src, dst, sport).links
+            except LookupError:
+                with pytest.raises(LookupError):
+                    eng.route(src, dst, sport)
+                continue
+            assert tuple(eng.route(src, dst, sport)) == expect
+
+
+def test_the_ecmp_member_a_source_port_picks_decides_contention():
+    """Two ROFT transfers from one rail leaf to the other segment: with source ports that the
+    leaf's table sends up the same uplink they share it (each takes twice as long as alone);
+    with ports that it sends up different uplinks, each runs at the NIC's rate."""
+    fab = build_fabric("roft:gpus=32,gpus_per_server=4")
+    g = {p.name: p for p in fab.ports}
+    a, b = "g0-p0", "g4-p0"  # rank 0 of servers 0 and 1: the same rail leaf
+    far = [n for n in g if n.endswith("-p0") and len(route(fab, a, n).switches) == 3]
+    da, db = far[0], far[-1]  # two GPUs of rail 0 behind another leaf, reached over the spines
+    assert route(fab, a, da).switches[0] == route(fab, b, db).switches[0]
+    up = {s: route(fab, a, da, s).links[1] for s in range(49152, 65536, 257)}
+    up_b = {s: route(fab, b, db, s).links[1] for s in range(49152, 65536, 257)}
+    same = next((sa, sb) for sa in up for sb in up_b if up[sa] == up_b[sb])
+    diff = next((sa, sb) for sa in up for sb in up_b if up[sa] != up_b[sb])
+    size = 100_000_000
+    alone_ns = size * 8 / (float(fab.params["gpu_gbps"]) * 1e9) * 1e9
+    assert g[a].node != g[b].node
+    for (sa, sb), factor in ((same, 2.0), (diff, 1.0)):
+        done = dict(run_transfers(FlowEngine(fab), [(0, 1, a, da, size, sa), (0, 2, b, db, size, sb)]))
+        assert done[1] == done[2] == pytest.approx(factor * alone_ns, abs=1), (sa, sb, done)
