@@ -44,6 +44,7 @@ class Figure:
     keys: tuple[str, ...] | None = None
     table: str | None = None  # a run figure drawn by "draws" (what a draw does) or referee_tables.TABLES[table]
     timeout_s: float = 900
+    exit_ok: tuple[int, ...] = (0,)  # exit codes that are results (a verdict command's "found") rather than failures
 
     @property
     def command(self) -> str:
@@ -73,6 +74,45 @@ FIGURES = {
             "fabric-model-bench",
             "model build, validate and load time and memory; speed-up over networkx",
             (PY, "scripts/bench/fabric_model.py"),
+        ),
+        Figure(
+            "deadlock",
+            "cyclic buffer dependencies in ZCube and ROFT tables, healthy and after every pair of fabric cable failures",
+            (
+                ZLAB,
+                "deadlock",
+                "zcube:n=4,gpus_per_server=4",
+                "roft:gpus=16,gpus_per_server=4",
+                "--failures",
+                "cable-pairs",
+            ),
+            exit_ok=(0, 3),
+        ),
+        Figure(
+            "deadlock-64",
+            "the same check on ZCube(8,2) and a 64-GPU ROFT, single cable failures and 500 sampled cable pairs",
+            (
+                ZLAB,
+                "deadlock",
+                "zcube:n=8,gpus_per_server=8",
+                "roft:gpus=64,gpus_per_server=8",
+                "--failures",
+                "cable-pairs",
+                "--sample",
+                "500",
+            ),
+            exit_ok=(0, 3),
+        ),
+        Figure(
+            "flowsim-bench",
+            "the flow-level engine's wall time and memory on KV schedules at 64 and 1,024 GPUs",
+            (PY, "scripts/bench/flowsim.py", "--sizes", "64,1024"),
+        ),
+        Figure(
+            "flowsim-bench-16384",
+            "the flow-level engine at 16,384 GPUs: one KV transfer per prefill GPU",
+            (PY, "scripts/bench/flowsim.py", "--sizes", "16384", "--rounds", "1"),
+            heavy=True,
         ),
         Figure(
             "resilience-1024",

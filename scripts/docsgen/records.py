@@ -60,8 +60,11 @@ def git_sha(root: Path) -> str | None:
     return (r.stdout.strip() + ("-dirty" if dirty else "")) if r.returncode == 0 else None
 
 
-def measure(root: Path, name: str, argv: list[str], timeout_s: float, lock: str | None = None) -> dict:
-    """Run argv in root, and write its record only if it succeeded (nothing half-written).
+def measure(
+    root: Path, name: str, argv: list[str], timeout_s: float, lock: str | None = None, exit_ok: tuple[int, ...] = (0,)
+) -> dict:
+    """Run argv in root, and write its record only if it succeeded (nothing half-written). exit_ok: the
+    exit codes that are results, not failures (a verdict command that found what it looks for exits 3).
 
     With lock, the shared heavy-job lock is taken first, so elapsed_s is the command's own time, not the wait.
     """
@@ -71,7 +74,7 @@ def measure(root: Path, name: str, argv: list[str], timeout_s: float, lock: str 
         t0 = time.monotonic()
         r = subprocess.run(argv, cwd=root, capture_output=True, text=True, timeout=timeout_s)
         elapsed_s = time.monotonic() - t0
-    if r.returncode != 0:
+    if r.returncode not in exit_ok:
         raise RuntimeError(f"{' '.join(argv)} exited {r.returncode}: {r.stderr.strip()[-500:]}")
     rec = {
         "name": name,
@@ -80,6 +83,7 @@ def measure(root: Path, name: str, argv: list[str], timeout_s: float, lock: str 
         "git_sha": git_sha(root),
         "machine": f"{platform.node() or 'host'}: {machine()}",
         "elapsed_s": round(elapsed_s, 1),
+        **({"exit_code": r.returncode} if r.returncode else {}),
         "output": r.stdout,
     }
     p = path(root, name)
