@@ -20,9 +20,8 @@ import numpy as np
 sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
 
 from testbed.fabric import build_fabric  # noqa: E402
-from testbed.fabric.load import pattern  # noqa: E402
-from testbed.fabric.paths import dst_address, split_fractions, src_port_id  # noqa: E402
 from testbed.flowsim.engine import FlowEngine, run_transfers  # noqa: E402
+from testbed.flowsim.schedule import kv_completion_ms, kv_schedule  # noqa: E402
 
 FABRICS = {
     64: ("zcube:n=8,gpus_per_server=8", "roft:gpus=64,gpus_per_server=8"),
@@ -31,42 +30,20 @@ FABRICS = {
 }
 
 
-def schedule(fab, rounds: int, size_bytes: int, window_ns: int, seed: int) -> tuple[list[tuple], dict]:
-    """Transfers as the engine takes them, each KV transfer split over the GPU's ports by the
-    fabric's split policy (ZCube: half on each NIC port); and transfer id -> its parts."""
-    tr = pattern(fab, "rank-shifted")
-    rng = np.random.default_rng(seed)
-    out, parts = [], {}
-    for r in range(rounds):
-        t = rng.integers(0, window_ns, size=tr.src.size)
-        for i in range(tr.src.size):
-            kv = r * tr.src.size + i
-            for role, frac in split_fractions(fab):
-                sp = int(src_port_id(fab, tr.src[i], role))
-                dp = int(dst_address(fab, tr.src[i], role, tr.dst[i]))
-                fid = len(out)
-                parts.setdefault(kv, []).append(fid)
-                sport = 49152 + int(rng.integers(0, 16384))
-                out.append((int(t[i]), fid, fab.ports[sp].name, fab.ports[dp].name, int(size_bytes * frac), sport))
-    return out, parts
-
-
 def bench(spec: str, rounds: int, size_bytes: int, window_ns: int, seed: int) -> dict:
     t0 = time.perf_counter()
     fab = build_fabric(spec)
     eng = FlowEngine(fab)
-    sched, parts = schedule(fab, rounds, size_bytes, window_ns, seed)
+    sched = kv_schedule(fab, "rank-shifted", rounds, size_bytes, window_ns, seed)
     t1 = time.perf_counter()
-    done = dict(run_transfers(eng, sched))
+    done = dict(run_transfers(eng, sched.transfers))
     t2 = time.perf_counter()
-    start = {fid: t for t, fid, *_ in sched}
-    # a KV transfer is complete when its last part is
-    fct_ms = np.array([(max(done[f] for f in fs) - start[fs[0]]) / 1e6 for fs in parts.values()])
+    fct_ms = kv_completion_ms(sched, done)
     return {
         "spec": spec,
         "gpus": fab.n_gpus,
-        "kv_transfers": len(parts),
-        "flows": len(sched),
+        "kv_transfers": len(sched.parts),
+        "flows": len(sched.transfers),
         "build_s": round(t1 - t0, 2),
         "run_s": round(t2 - t1, 2),
         "rate_solves": eng.net.rate_solves,

@@ -104,6 +104,11 @@ FIGURES = {
             exit_ok=(0, 3),
         ),
         Figure(
+            "flowsim-1024",
+            "KV completion at 1,024 GPUs on the flow-level engine, ZCube against a three-tier ROFT",
+            (ZLAB, "flowsim", "zcube:n=32,gpus_per_server=8", "roft:gpus=1024,gpus_per_server=8,radix=32,tiers=3"),
+        ),
+        Figure(
             "flowsim-bench",
             "the flow-level engine's wall time and memory on KV schedules at 64 and 1,024 GPUs",
             (PY, "scripts/bench/flowsim.py", "--sizes", "64,1024"),

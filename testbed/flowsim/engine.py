@@ -16,8 +16,7 @@ from ..fabric.model import Fabric
 from ..fabric.paths import forwarding_tables, gpu_port_ref, walk
 from ..fabric.tables import Tables
 from .network import FluidNetwork
-
-ROCE_SPORT_FIRST, ROCE_SPORT_COUNT = 49152, 16384
+from .schedule import ROCE_SPORT_COUNT, ROCE_SPORT_FIRST
 
 
 class FlowEngine:

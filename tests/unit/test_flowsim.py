@@ -102,3 +102,21 @@ def test_the_ecmp_member_a_source_port_picks_decides_contention():
     for (sa, sb), factor in ((same, 2.0), (diff, 1.0)):
         done = dict(run_transfers(FlowEngine(fab), [(0, 1, a, da, size, sa), (0, 2, b, db, size, sb)]))
         assert done[1] == done[2] == pytest.approx(factor * alone_ns, abs=1), (sa, sb, done)
+
+
+def test_zlab_flowsim_cli(capsys):
+    """Two seeds on a small pair: a JSON document with medians and intervals; ZCube's uncontended
+    rank-shifted transfers take exactly size / GPU bandwidth at the median. Bad input: exit 2."""
+    import json
+
+    from testbed.cli import main
+
+    assert main(["flowsim", "zcube:n=4,gpus_per_server=4", "roft:gpus=16,gpus_per_server=4", "--seeds", "2",
+                 "--rounds", "1", "--window-ms", "1000", "--json"]) == 0  # fmt: skip
+    doc = json.loads(capsys.readouterr().out)
+    z, r = doc["results"]
+    assert z["kv_p50_ms"]["n"] == 2 and z["kv_p50_ms"]["median"] == pytest.approx(z["alone_ms"])
+    assert r["kv_p50_ms"]["median"] >= r["alone_ms"]
+    for bad in (["--seeds", "0"], ["--size-mb", "-1"], ["--pattern", "nope"]):
+        assert main(["flowsim", "zcube:n=4", *bad]) == 2
+        assert capsys.readouterr().err.count("\n") == 1
