@@ -188,10 +188,12 @@ class LiveFabric:
             r = self.reach
             self.log(
                 f"[zlab]   reachability: {r['reachable']}/{r['pairs']} GPU port pairs in "
-                f"{self.timings_s['reachability']:.1f} s"
+                f"{self.timings_s['reachability']:.1f} s ({len(r['rounds'])} round(s), paced at "
+                f"{r['rounds'][0]['forwards_per_s']:.0f} forwards/s)"
             )
             if r["failed"] and not miswire:
-                raise LabFailure(f"{len(r['failed'])} GPU port pairs unreachable, e.g. {r['failed'][:5]}")
+                where = [f"{u['pair']} stopped at {u['stopped_at']} ({u['reason']})" for u in r["unreachable"][:3]]
+                raise LabFailure(f"{len(r['failed'])} GPU port pairs unreachable, e.g. {'; '.join(where)}")
         runfolder.update(
             self.dir,
             status="running",
