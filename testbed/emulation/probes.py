@@ -165,8 +165,9 @@ def reachability(live: LiveRun, timeout_s: float = 3.0, rounds: int = 6, forward
                     send_errors.pop((sp, da), None)
                 spent += hops_of[(sp, da)]
                 if i % 64 == 63:  # pace, and keep the receive buffers empty while sending
-                    ahead_s = spent / rate - (time.monotonic() - t_round)
-                    drain(max(0.0, ahead_s))
+                    drain(0)
+                    while (ahead_s := spent / rate - (time.monotonic() - t_round)) > 0:
+                        drain(ahead_s)  # returns early when a probe arrives
             deadline = time.monotonic() + timeout_s / 3
             while pending and time.monotonic() < deadline:
                 drain(0.05)
