@@ -119,6 +119,13 @@ def reachability(live: LiveRun, timeout_s: float = 3.0, rounds: int = 6, forward
     hops_of = {pr: max(1, int(k)) for pr, k in zip(pairs, w.n_hops.tolist(), strict=True)}
     cap, cap_src = (forwards_per_s, "given") if forwards_per_s else probe_capacity()
     rate = PROBE_HEADROOM * cap  # forwards per second
+    import resource
+
+    soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
+    if soft != resource.RLIM_INFINITY and soft < gp + 256:  # one socket per GPU port (2,048 at 1,024 GPUs)
+        resource.setrlimit(
+            resource.RLIMIT_NOFILE, (min(hard, gp + 256) if hard != resource.RLIM_INFINITY else gp + 256, hard)
+        )
     socks: dict[int, socket.socket] = {}
     pending = set(pairs)
     total = len(pending)
