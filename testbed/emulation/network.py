@@ -44,6 +44,15 @@ def _mininet():
         def bridgeOpts(self):
             return super().bridgeOpts() + f" external_ids:zlab-run={self.run_id}"
 
+        def vsctl(self, *args, **kwargs):
+            """Mininet starts each switch with one ovs-vsctl in the node's shell and ignores what it
+            says; keep any error, so a port missing from OVS is reported with its cause (issue 27:
+            at 1,024 GPUs switch ports were missing with no error until a later step met them)."""
+            out = super().vsctl(*args, **kwargs)
+            if out and "ovs-vsctl:" in out:
+                self.vsctl_errors = [*getattr(self, "vsctl_errors", []), out.strip()[:400]]
+            return out
+
     class ZlabController(RemoteController):
         """The run's own controller, which LiveFabric has already seen listening (a socket connect).
         Mininet's check telnets to the port and decodes the reply as UTF-8: when the controller's
@@ -210,6 +219,7 @@ def build(em: Emulation, controller_port: int) -> Emulation:
     em.timings_s["configure"] = time.perf_counter() - t1
     t2 = time.perf_counter()
     net.start()
+    _check_ports_attached(em)
     faultpoint.hit("bridges")
     _leave_qdiscs_to_us(em)
     _apply_switch_tc(em)
@@ -246,6 +256,19 @@ def _leave_qdiscs_to_us(em: Emulation) -> None:
     for p in _switch_ports(em.fabric):
         cmd += ["--", "set", "port", p.name, "qos=@noop"]
     run(cmd, timeout=150)
+
+
+def _check_ports_attached(em: Emulation) -> None:
+    """Every switch port is a port of its bridge in OVS (one ovsdb read), or the start failed."""
+    rows = json.loads(run(["ovs-vsctl", "--timeout=60", "--format=json", "--columns=name", "list", "port"]))["data"]
+    have = {r[0] for r in rows}
+    missing = [p.name for p in _switch_ports(em.fabric) if p.name not in have]
+    if missing:
+        said = [e for sw in em.net.switches for e in getattr(sw, "vsctl_errors", [])]
+        raise LabFailure(
+            f"{len(missing)} switch ports are not in OVS after Mininet started the bridges, e.g. {missing[:5]}; "
+            f"ovs-vsctl said: {said[0] if said else 'nothing'}"
+        )
 
 
 def _root_qdiscs() -> dict[str, dict]:
