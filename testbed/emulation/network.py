@@ -30,6 +30,7 @@ def _mininet():
     from mininet.log import setLogLevel
     from mininet.net import Mininet
     from mininet.node import Host, OVSSwitch, RemoteController
+    from mininet.util import errRun
 
     setLogLevel(os.environ.get("ZLAB_MININET_LOG", "warning"))
 
@@ -48,7 +49,12 @@ def _mininet():
             """Mininet starts each switch with one ovs-vsctl in the node's shell and ignores what it
             says; keep any error, so a port missing from OVS is reported with its cause (issue 27:
             at 1,024 GPUs switch ports were missing with no error until a later step met them)."""
-            out = super().vsctl(*args, **kwargs)
+            if self.batch or kwargs:
+                out = super().vsctl(*args, **kwargs)
+            else:  # not through the node's pty: a terminal line holds 4,095 characters, and a 64-port
+                # switch's start command is longer (issue 27: every port of ZCube(32,2) was cut off)
+                o, e, _rc = errRun("ovs-vsctl " + " ".join(str(a).strip() for a in args), shell=True)
+                out = o + e
             if out and "ovs-vsctl:" in out:
                 self.vsctl_errors = [*getattr(self, "vsctl_errors", []), out.strip()[:400]]
             return out
