@@ -9,15 +9,18 @@ resource is recorded in the run registry before it exists.
 
 from __future__ import annotations
 
+import json
 import os
 import time
 from dataclasses import dataclass, field
 
 from ..fabric.hostconf import ip_commands
 from ..fabric.model import Fabric
+from ..lab import procs
 from ..lab.registry import Registry
 from ..lab.sh import CommandError, run
 from ..lab.state import datapath as recorded_datapath
+from . import faultpoint
 from .config import EmulationConfig, EmulationError, LabFailure, frame_bytes, scaled_rate_bps, tc_commands
 
 
@@ -27,6 +30,7 @@ def _mininet():
     from mininet.log import setLogLevel
     from mininet.net import Mininet
     from mininet.node import Host, OVSSwitch, RemoteController
+    from mininet.util import errRun
 
     setLogLevel(os.environ.get("ZLAB_MININET_LOG", "warning"))
 
@@ -40,6 +44,20 @@ def _mininet():
 
         def bridgeOpts(self):
             return super().bridgeOpts() + f" external_ids:zlab-run={self.run_id}"
+
+        def vsctl(self, *args, **kwargs):
+            """Mininet starts each switch with one ovs-vsctl in the node's shell and ignores what it
+            says; keep any error, so a port missing from OVS is reported with its cause (issue 27:
+            at 1,024 GPUs switch ports were missing with no error until a later step met them)."""
+            if self.batch or kwargs:
+                out = super().vsctl(*args, **kwargs)
+            else:  # not through the node's pty: a terminal line holds 4,095 characters, and a 64-port
+                # switch's start command is longer (issue 27: every port of ZCube(32,2) was cut off)
+                o, e, _rc = errRun("ovs-vsctl " + " ".join(str(a).strip() for a in args), shell=True)
+                out = o + e
+            if out and "ovs-vsctl:" in out:
+                self.vsctl_errors = [*getattr(self, "vsctl_errors", []), out.strip()[:400]]
+            return out
 
     class ZlabController(RemoteController):
         """The run's own controller, which LiveFabric has already seen listening (a socket connect).
@@ -133,18 +151,22 @@ def precheck_names(fab: Fabric) -> None:
         )
 
 
-def build(
-    fab: Fabric,
-    cfg: EmulationConfig,
-    run_id: str,
-    registry: Registry,
-    controller_port: int,
-    miswire: list[tuple[int, int]] | None = None,
+def prepare(
+    fab: Fabric, cfg: EmulationConfig, run_id: str, registry: Registry, miswire: list[tuple[int, int]] | None = None
 ) -> Emulation:
+    """The emulation's handle, before anything exists: the caller holds it first, so its teardown
+    reaches whatever `build` manages to create even when `build` fails halfway (a 1,024-GPU
+    bring-up that failed in its tc batch left 1,024 veth pairs because the handle was only
+    returned on success)."""
     cfg.validate(fab)
     dp = resolve_datapath(cfg)
+    return Emulation(fab, cfg, run_id, registry, datapath=dp, miswired=list(miswire or []))
+
+
+def build(em: Emulation, controller_port: int) -> Emulation:
+    """Create the network into `em` (from `prepare`); on failure the caller's `stop(em)` removes it."""
+    fab, registry, dp = em.fabric, em.registry, em.datapath
     Mininet, Host, ZlabSwitch, ZlabController, Link = _mininet()
-    em = Emulation(fab, cfg, run_id, registry, datapath=dp, miswired=list(miswire or []))
     for sw in fab.switches:
         registry.bridge(sw.name)
     for p in fab.ports:
@@ -170,13 +192,15 @@ def build(
         net.addSwitch(
             sw.name,
             cls=ZlabSwitch,
-            run_id=run_id,
+            run_id=em.run_id,
             dpid=f"{sw.dpid:016x}",
             datapath="user" if dp == "netdev" else "kernel",
             protocols="OpenFlow13",
             failMode="secure",
         )
-    for a, b in switch_side_links(fab, miswire):
+    for node in list(net.hosts) + list(net.switches):
+        registry.process(node.pid, f"mininet shell {node.name}")
+    for a, b in switch_side_links(fab, em.miswired):
         pa, pb = fab.ports[a], fab.ports[b]
         na, nb = fab.nodes[pa.node], fab.nodes[pb.node]
         net.addLink(
@@ -190,11 +214,10 @@ def build(
             addr2=pb.mac,
         )
     net.build()
-    for node in list(net.hosts) + list(net.switches):
-        registry.process(node.pid, f"mininet shell {node.name}")
     for p in fab.ports:
         if fab.nodes[p.node].role == "switch" and fab.port_link[p.id] >= 0:
             registry.link(p.name, int(open(f"/sys/class/net/{p.name}/ifindex").read()))
+    faultpoint.hit("links")
     em.timings_s["mininet_build"] = time.perf_counter() - t0
     t1 = time.perf_counter()
     _configure_switch_ports(em)
@@ -202,7 +225,10 @@ def build(
     em.timings_s["configure"] = time.perf_counter() - t1
     t2 = time.perf_counter()
     net.start()
-    _apply_switch_tc(em)  # after start: OVS may reset qdiscs when it adds ports
+    _check_ports_attached(em)
+    faultpoint.hit("bridges")
+    _leave_qdiscs_to_us(em)
+    _apply_switch_tc(em)
     em.timings_s["start"] = time.perf_counter() - t2
     return em
 
@@ -219,17 +245,68 @@ def _configure_switch_ports(em: Emulation) -> None:
     run(["ip", "-batch", "-"], input="\n".join(lines) + "\n")
     for p in _switch_ports(fab):
         run(["ethtool", "-K", p.name, "tx", "off"])  # userspace OVS: no checksum offload
-    _apply_switch_tc(em)
+
+
+def _leave_qdiscs_to_us(em: Emulation) -> None:
+    """Tell OVS not to manage the switch ports' qdiscs (QoS type linux-noop, one row shared by all).
+
+    Why: with no QoS row OVS treats a port as "linux-default" and, when it first configures the
+    port, deletes any other root qdisc — our htb. It does so asynchronously in its reconfigure
+    loop, so whether our shaping survived depended on timing: at 1,024 GPUs the tc batch met an
+    htb OVS had not yet deleted and `qdisc replace` of an htb root fails ("Change operation not
+    supported by specified qdisc": htb has no change operation). ovs-vsctl waits until
+    ovs-vswitchd has applied this, so afterwards no earlier reconfigure is still pending and OVS
+    never touches these qdiscs again. The QoS row goes with the ports (OVS garbage-collects it).
+    """
+    cmd = ["ovs-vsctl", "--timeout=120", "--", "--id=@noop", "create", "qos", "type=linux-noop"]
+    for p in _switch_ports(em.fabric):
+        cmd += ["--", "set", "port", p.name, "qos=@noop"]
+    run(cmd, timeout=150)
+
+
+def _check_ports_attached(em: Emulation) -> None:
+    """Every switch port is a port of its bridge in OVS (one ovsdb read), or the start failed."""
+    rows = json.loads(run(["ovs-vsctl", "--timeout=60", "--format=json", "--columns=name", "list", "port"]))["data"]
+    have = {r[0] for r in rows}
+    missing = [p.name for p in _switch_ports(em.fabric) if p.name not in have]
+    if missing:
+        said = [e for sw in em.net.switches for e in getattr(sw, "vsctl_errors", [])]
+        raise LabFailure(
+            f"{len(missing)} switch ports are not in OVS after Mininet started the bridges, e.g. {missing[:5]}; "
+            f"ovs-vsctl said: {said[0] if said else 'nothing'}"
+        )
+
+
+def _root_qdiscs() -> dict[str, dict]:
+    """{device: its root qdisc} for every root-namespace device, one tc call."""
+    out = {}
+    for q in json.loads(run(["tc", "-j", "qdisc", "show"]) or "[]"):
+        if q.get("root"):
+            out[q["dev"]] = q
+    return out
 
 
 def _apply_switch_tc(em: Emulation) -> None:
+    """Shape every switch port (htb + pfifo), then check that each one carries exactly that.
+
+    A port that already has an htb root (from an earlier attempt) has it deleted first in the same
+    batch: `qdisc replace` cannot change an htb root in place."""
     fab, cfg = em.fabric, em.cfg
+    ports = _switch_ports(fab)
+    roots = _root_qdiscs()
     lines = []
-    for p in _switch_ports(fab):
+    for p in ports:
+        if roots.get(p.name, {}).get("kind") == "htb":
+            lines.append(f"qdisc del dev {p.name} root")
         lines += tc_commands(
             p.name, scaled_rate_bps(p.rate_bps, cfg), cfg.mtu_bytes, cfg.queue_limit_pkts, frame_bytes(cfg)
         )
-    run(["tc", "-batch", "-"], input="\n".join(lines) + "\n", timeout=120)
+    faultpoint.hit("shaping")
+    run(["tc", "-batch", "-"], input="\n".join(lines) + "\n", timeout=300)
+    roots = _root_qdiscs()
+    bad = [p.name for p in ports if roots.get(p.name, {}).get("kind") != "htb" or roots[p.name].get("handle") != "1:"]
+    if bad:
+        raise LabFailure(f"{len(bad)} switch ports lost their htb shaping after it was applied, e.g. {bad[:5]}")
 
 
 def host_script(fab: Fabric, gpu: int, cfg: EmulationConfig) -> str:
@@ -276,6 +353,8 @@ def stop(em: Emulation) -> float:
     """Tear down the Mininet network; returns seconds taken."""
     t = time.perf_counter()
     if em.net is not None:
+        shells = [(c.pid, procs.start_time(c.pid)) for c in em.net.controllers if c.pid]
         em.net.stop()
         em.net = None
+        procs.terminate_all(shells)  # Mininet's stop leaves the controller node's shell running
     return time.perf_counter() - t

@@ -14,9 +14,11 @@ import time
 from dataclasses import dataclass
 from pathlib import Path
 
+import numpy as np
+
 from ..fabric.model import Fabric
-from ..fabric.paths import dst_address, route
-from ..lab import procs
+from ..fabric.paths import dst_address, route, walk
+from ..lab import procs, state
 from ..lab.sh import run
 
 _FLOW = re.compile(r"n_packets=(\d+).*?priority=(\d+)(,\S*)?\s+actions=(\S+)")
@@ -66,14 +68,42 @@ def all_pairs(fab: Fabric) -> list[tuple[int, int]]:
 PROBE_UDP_PORT = 4793  # not RoCE's 4791: probes must never look like transfers
 
 
-def reachability(live: LiveRun, timeout_s: float = 3.0, rounds: int = 3) -> dict:
-    """Prove every GPU port pair the address rule uses, in one shot: one process opens a UDP socket
-    on every GPU port inside its host's namespace (a socket keeps the namespace it was made in),
-    every port sends one probe from its own address to every address the address rule gives it,
-    through the host's routing table as transfers go (a missing route fails at the sender, a
-    route through the wrong port at a switch without the entry), and the receivers record which
-    (source, destination) arrived at the addressed port. Missing pairs are re-sent up to `rounds` times before they count as failed, so a
-    probe lost to a queue is not mistaken for a missing route."""
+# Pacing of the all-pairs proof. The probe rate is set in switch forwards per second (a probe
+# crossing k switches costs k), as a share of this machine's measured datapath capacity.
+PROBE_HEADROOM = 0.5  # assumption: half of one ovs-vswitchd core, the other half for LLDP, stats, bursts
+UNMEASURED_PROBE_CAPACITY = 15000.0  # forwards/s without a capacity record: the planner's unmeasured figure
+DIAGNOSE_PROBES = 5  # probes per still-missing pair when the switches' counters are read
+DIAGNOSE_ONE_BY_ONE = 16  # at most this many ambiguous pairs are re-probed alone
+
+
+def probe_capacity() -> tuple[float, str]:
+    """(switch forwards per second the proof may use, where that figure comes from). The capacity
+    curve's fastest point: probes go back to back, so ovs-vswitchd handles them in batches as on
+    fast links (assumption; docs/emulation.md "Reachability at scale" has the measured loss)."""
+    rec = state.capacity() or {}
+    pts = rec.get("curve") or []
+    if pts:
+        best = max(pts, key=lambda p: p["link_rate_mbps"])
+        return float(best["forwards_per_core_s"]), f"capacity record, {best['link_rate_mbps']:g} Mb/s point"
+    if rec.get("forwards_per_core_s"):
+        return float(rec["forwards_per_core_s"]), "capacity record"
+    return UNMEASURED_PROBE_CAPACITY, "unmeasured (zlab doctor --capacity)"
+
+
+def reachability(live: LiveRun, timeout_s: float = 3.0, rounds: int = 6, forwards_per_s: float | None = None) -> dict:
+    """Prove every GPU port pair the address rule uses. One process opens a UDP socket on every GPU
+    port inside its host's namespace (a socket keeps the namespace it was made in); every port
+    sends one probe from its own address to every address the address rule gives it, through the
+    host's routing table as transfers go, and the receivers record which (source, destination)
+    arrived at the addressed port.
+
+    Why paced and retried: OVS's userspace datapath drops part of an unpaced burst (130,560 probes
+    at 256 GPUs lost a few hundred to a few thousand), which is loss, not a routing fault. Probes
+    are sent at PROBE_HEADROOM of the measured capacity (in switch forwards, from the model's path
+    length); only the missing pairs are re-sent, at half the rate each round, until a round brings
+    none of them in. A pair still missing then is checked against the switches' own counters:
+    `unreachable` names it with where its probes stopped (the sender's routing table, or the first
+    switch on the model's path whose entry did not forward them)."""
     import select
     import socket
 
@@ -82,45 +112,77 @@ def reachability(live: LiveRun, timeout_s: float = 3.0, rounds: int = 3) -> dict
     fab = live.fabric
     t0 = time.perf_counter()
     gp = fab.n_gpus * fab.ports_per_gpu
+    pairs = all_pairs(fab)
+    sps = np.array([a for a, _ in pairs], dtype=np.int64)
+    das = np.array([b for _, b in pairs], dtype=np.int64)
+    w = walk(fab, sps, das, PROBE_UDP_PORT)
+    hops_of = {pr: max(1, int(k)) for pr, k in zip(pairs, w.n_hops.tolist(), strict=True)}
+    cap, cap_src = (forwards_per_s, "given") if forwards_per_s else probe_capacity()
+    rate = PROBE_HEADROOM * cap  # forwards per second
+    import resource
+
+    soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
+    if soft != resource.RLIM_INFINITY and soft < gp + 256:  # one socket per GPU port (2,048 at 1,024 GPUs)
+        resource.setrlimit(
+            resource.RLIMIT_NOFILE, (min(hard, gp + 256) if hard != resource.RLIM_INFINITY else gp + 256, hard)
+        )
     socks: dict[int, socket.socket] = {}
+    pending = set(pairs)
+    total = len(pending)
+    send_errors: dict[tuple[int, int], str] = {}
+    history = []
     try:
         for p in fab.ports[:gp]:
             with in_netns(live.host_pid(fab.nodes[p.node].name)):
                 s = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
-            s.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, 1 << 20)
+            s.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, 4 << 20)
             s.bind((p.ip, PROBE_UDP_PORT))
             s.setblocking(False)
             socks[p.id] = s
         by_fd = {s.fileno(): pid for pid, s in socks.items()}
-        pending = set(all_pairs(fab))
-        total = len(pending)
-        send_errors: dict[tuple[int, int], str] = {}
         poller = select.epoll()
         for fd in by_fd:
             poller.register(fd, select.EPOLLIN)
-        for _ in range(max(1, rounds)):
-            for sp, da in sorted(pending):
+
+        def drain(wait_s: float) -> None:
+            for fd, _ in poller.poll(wait_s):
+                while True:
+                    try:
+                        data = socks[by_fd[fd]].recv(64)
+                    except BlockingIOError:
+                        break
+                    try:
+                        sp, da = (int(x) for x in data.split())
+                    except ValueError:
+                        continue
+                    if da == by_fd[fd]:  # arrived at the port it was addressed to
+                        pending.discard((sp, da))
+                        send_errors.pop((sp, da), None)
+
+        for rnd in range(max(1, rounds)):
+            todo = sorted(pending)
+            t_round = time.monotonic()
+            spent = 0.0  # forwards sent this round
+            for i, (sp, da) in enumerate(todo):
                 try:
                     socks[sp].sendto(f"{sp} {da}".encode(), (fab.ports[da].ip, PROBE_UDP_PORT))
                 except OSError as exc:  # no route through this port, or a full socket buffer
                     send_errors[(sp, da)] = exc.strerror or str(exc)
-            deadline = time.monotonic() + timeout_s / max(1, rounds)
+                else:
+                    send_errors.pop((sp, da), None)
+                spent += hops_of[(sp, da)]
+                if i % 64 == 63:  # pace, and keep the receive buffers empty while sending
+                    drain(0)
+                    while (ahead_s := spent / rate - (time.monotonic() - t_round)) > 0:
+                        drain(ahead_s)  # returns early when a probe arrives
+            deadline = time.monotonic() + timeout_s / 3
             while pending and time.monotonic() < deadline:
-                for fd, _ in poller.poll(0.05):
-                    while True:
-                        try:
-                            data = socks[by_fd[fd]].recv(64)
-                        except BlockingIOError:
-                            break
-                        try:
-                            sp, da = (int(x) for x in data.split())
-                        except ValueError:
-                            continue
-                        if da == by_fd[fd]:  # arrived at the port it was addressed to
-                            pending.discard((sp, da))
-                            send_errors.pop((sp, da), None)
-            if not pending:
-                break
+                drain(0.05)
+            history.append({"round": rnd + 1, "sent": len(todo), "missing": len(pending), "forwards_per_s": rate})
+            if not pending or (rnd > 0 and len(pending) == len(todo)):
+                break  # all in, or a whole round of them at a low rate brought none: not loss
+            rate /= 2
+        unreachable = diagnose(live, sorted(pending), send_errors, socks) if pending else []
         poller.close()
     finally:
         for s in socks.values():
@@ -134,9 +196,105 @@ def reachability(live: LiveRun, timeout_s: float = 3.0, rounds: int = 3) -> dict
         "pairs": total,
         "reachable": total - len(pending),
         "failed": failed,
+        "unreachable": unreachable,
+        "rounds": history,
         "seconds": time.perf_counter() - t0,
-        "method": "one UDP probe per GPU port pair, all at once, from the source port's address",
+        "capacity_forwards_per_s": cap,
+        "capacity_source": cap_src,
+        "method": (
+            f"one UDP probe per GPU port pair from the source port's address, paced at {PROBE_HEADROOM:g} of "
+            "the datapath's capacity; missing pairs re-sent at half the rate per round; pairs still missing "
+            "located with the switches' flow counters against the model's path"
+        ),
     }
+
+
+def _port_deltas(switches, before, after) -> dict[tuple[str, int], int]:
+    """{(switch, out port): packets its non-controller entries counted between two snapshots}."""
+    out: dict[tuple[str, int], int] = {}
+    for sw in switches:
+        for key, n in after[sw].items():
+            if key[2].startswith("output:"):
+                port = int(key[2].split(":")[1].split(",")[0])
+                out[(sw, port)] = out.get((sw, port), 0) + n - before[sw].get(key, 0)
+    return out
+
+
+def diagnose(live: LiveRun, missing: list[tuple[int, int]], send_errors: dict, socks: dict) -> list[dict]:
+    """Where the probes of each still-missing pair stop. A pair the sender could not send (no
+    route) stopped at its host. Otherwise DIAGNOSE_PROBES probes per pair are sent at once and
+    each switch port's entries are read before and after (OVS's own counters, not the app's): a
+    pair stopped at the first hop of its model path whose (switch, out port) counted none of the
+    probes expected through it. Where a port counted some but not all, which pairs got through is
+    ambiguous: those pairs are re-probed alone."""
+    fab = live.fabric
+    out: dict[tuple[int, int], dict] = {}
+    paths = {}
+    for sp, da in missing:
+        name = f"{fab.ports[sp].name} -> {fab.ports[da].name}"
+        if (sp, da) in send_errors:
+            out[(sp, da)] = {
+                "pair": name,
+                "stopped_at": fab.nodes[fab.ports[sp].node].name,
+                "reason": f"the sender's routing table: {send_errors[(sp, da)]}",
+            }
+            continue
+        try:
+            r = route(fab, fab.ports[sp].name, fab.ports[da].name, sport=PROBE_UDP_PORT)
+            paths[(sp, da)] = [(h.switch, h.out_port) for h in r.hops]
+        except LookupError as exc:
+            out[(sp, da)] = {"pair": name, "stopped_at": None, "reason": f"the model has no path: {exc}"}
+
+    def probe(group):
+        switches = sorted({sw for pr in group for sw, _ in paths[pr]})
+        before = settled_flows(switches)
+        for sp, da in group:
+            for _ in range(DIAGNOSE_PROBES):
+                try:
+                    socks[sp].sendto(b"diagnose", (fab.ports[da].ip, PROBE_UDP_PORT))
+                except OSError:
+                    pass
+        delta = _port_deltas(switches, before, settled_flows(switches))
+        expected: dict[tuple[str, int], int] = {}
+        for pr in group:
+            for hop in paths[pr]:
+                expected[hop] = expected.get(hop, 0) + DIAGNOSE_PROBES
+        ambiguous = []
+        for pr in group:
+            sp, da = pr
+            name = f"{fab.ports[sp].name} -> {fab.ports[da].name}"
+            for sw, port in paths[pr]:
+                got = delta.get((sw, port), 0)
+                if got >= expected[(sw, port)]:
+                    continue
+                if got == 0 or len(group) == 1:
+                    out[pr] = {
+                        "pair": name,
+                        "stopped_at": sw,
+                        "reason": f"{sw} forwarded {got} of {expected[(sw, port)]} probes to its port {port} "
+                        "(the model's next hop)",
+                    }
+                else:
+                    ambiguous.append(pr)
+                break
+            else:
+                dst_host = fab.nodes[fab.ports[da].node].name
+                out[pr] = {
+                    "pair": name,
+                    "stopped_at": dst_host,
+                    "reason": "every switch on the model's path forwarded the probes; lost at the destination",
+                }
+        return ambiguous
+
+    todo = [pr for pr in missing if pr in paths]
+    if todo:
+        for i, pr in enumerate(probe(todo)):
+            if i < DIAGNOSE_ONE_BY_ONE:
+                probe([pr])
+            else:
+                name = f"{fab.ports[pr[0]].name} -> {fab.ports[pr[1]].name}"
+                out[pr] = {"pair": name, "stopped_at": None, "reason": "not located (too many ambiguous pairs)"}
+    return [out[pr] for pr in missing]
 
 
 def dump_flows(switch: str) -> dict[tuple, int]:

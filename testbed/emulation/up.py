@@ -16,11 +16,11 @@ from pathlib import Path
 from ..fabric import build_fabric
 from ..fabric.model import Fabric
 from ..fabric.validate import validate
-from ..lab import procs
-from ..lab.registry import Registry
+from ..lab import clean, procs
+from ..lab.registry import TAG_ENV, Registry, load_runs
 from ..lab.sh import run
 from ..records import write_json
-from . import network, probes, runfolder, wiring
+from . import faultpoint, network, probes, runfolder, wiring
 from .config import EmulationConfig, EmulationError, LabFailure
 
 REPO = Path(__file__).resolve().parents[2]
@@ -101,6 +101,7 @@ class LiveFabric:
         self.dir: Path | None = None
         self.reach: dict | None = None
         self._old_sigterm = None
+        self._old_tag: str | None = None
 
     # ---- lifecycle --------------------------------------------------------------------
     def __enter__(self) -> LiveFabric:
@@ -135,6 +136,11 @@ class LiveFabric:
         )
         self.registry = Registry(self.registry_id)
         self.registry.run_folder(str(self.dir.resolve()), self.kind)
+        # every process started from here on (controller, Mininet shells, what they start) carries
+        # the run's tag, so `zlab clean` finds one killed before its pid was written down
+        self.registry.env_tag(TAG_ENV, self.registry_id)
+        self._old_tag = os.environ.get(TAG_ENV)
+        os.environ[TAG_ENV] = self.registry_id
         if self.failplan is not None:
             write_json(self.dir / "failures.json", self.failplan)
         port = free_port()
@@ -157,7 +163,9 @@ class LiveFabric:
         self.registry.process(self.controller.pid, "controller")
         self._wait_listening(port)
         self.log(f"[zlab]   controller ({self.framework}) pid {self.controller.pid} on 127.0.0.1:{port}")
-        self.em = network.build(fab, self.cfg, self.registry_id, self.registry, port, miswire)
+        faultpoint.hit("controller")
+        self.em = network.prepare(fab, self.cfg, self.registry_id, self.registry, miswire)
+        network.build(self.em, port)
         if miswire:
             l1, l2 = (fab.links[i] for i in miswire[0])
             self.log(
@@ -169,6 +177,7 @@ class LiveFabric:
         self.timings_s["build_total"] = time.perf_counter() - t0
         self.log(f"[zlab]   built in {self.timings_s['build_total']:.1f} s (datapath {self.em.datapath})")
         t1 = time.perf_counter()
+        faultpoint.hit("tables")
         self.wait_tables()
         self.timings_s["tables_installed"] = time.perf_counter() - t1
         self.log(f"[zlab]   all {len(fab.switches)} tables installed in {self.timings_s['tables_installed']:.1f} s")
@@ -179,10 +188,12 @@ class LiveFabric:
             r = self.reach
             self.log(
                 f"[zlab]   reachability: {r['reachable']}/{r['pairs']} GPU port pairs in "
-                f"{self.timings_s['reachability']:.1f} s"
+                f"{self.timings_s['reachability']:.1f} s ({len(r['rounds'])} round(s), paced at "
+                f"{r['rounds'][0]['forwards_per_s']:.0f} forwards/s)"
             )
             if r["failed"] and not miswire:
-                raise LabFailure(f"{len(r['failed'])} GPU port pairs unreachable, e.g. {r['failed'][:5]}")
+                where = [f"{u['pair']} stopped at {u['stopped_at']} ({u['reason']})" for u in r["unreachable"][:3]]
+                raise LabFailure(f"{len(r['failed'])} GPU port pairs unreachable, e.g. {'; '.join(where)}")
         runfolder.update(
             self.dir,
             status="running",
@@ -264,24 +275,50 @@ class LiveFabric:
         return rep
 
     def close(self, status: str = "ok") -> None:
+        """Tear down on every exit path. Mininet's stop does the bulk; then the registry-driven
+        cleaner (the one `zlab clean` uses) removes whatever this run recorded and is still there
+        (a half-built network, a stop that failed). The registry file is removed only when nothing
+        of the run remains; otherwise it stays for `zlab clean` and the failure is reported."""
         t = time.perf_counter()
+        problems: list[str] = []
         try:
             if self.em is not None:
                 network.stop(self.em)
                 self.em = None
+        except Exception as exc:  # keep tearing down: the cleaner below still runs
+            problems.append(f"mininet stop: {exc}")
         finally:
             if self.controller is not None and self.controller.poll() is None:
                 procs.terminate(self.controller.pid, None)
                 self.controller.wait(timeout=10)
+            if self._old_tag is None:
+                os.environ.pop(TAG_ENV, None)
+            else:
+                os.environ[TAG_ENV] = self._old_tag
+            if self.registry is not None:
+                self.registry.flush()
+                rec = next((r for r in load_runs() if r.run_id == self.registry_id), None)
+                if rec is not None:
+                    try:
+                        left = clean.clean_run(rec, keep_record=True, spare_pid=os.getpid())
+                        if left:
+                            self.log(f"[zlab]   teardown: removed {len(left)} leftover(s), e.g. {left[:3]}")
+                        still = clean.clean_run(rec, dry_run=True, keep_record=True, spare_pid=os.getpid())
+                        if still:
+                            problems.append(f"still present: {still[:5]}")
+                    except Exception as exc:
+                        problems.append(f"cleanup: {exc}")
             self.timings_s["teardown"] = time.perf_counter() - t
             if self.dir is not None and (self.dir / "run.json").exists():
                 runfolder.update(self.dir, status=status, timings_s=self.timings_s)
             if self.registry is not None:
-                self.registry.close(remove=True)
+                self.registry.close(remove=not problems)
                 self.registry = None
             if self._old_sigterm is not None:
                 signal.signal(signal.SIGTERM, self._old_sigterm)
                 self._old_sigterm = None
+            if problems:
+                self.log(f"[zlab]   teardown incomplete ({'; '.join(problems)}); run: zlab clean")
 
 
 @dataclass(frozen=True)

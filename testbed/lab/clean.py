@@ -8,6 +8,7 @@ only when (pid, start time) still match.
 from __future__ import annotations
 
 import json
+import os
 import subprocess
 
 from . import procs
@@ -42,15 +43,34 @@ def _ifindex(name: str) -> int | None:
         return None
 
 
-def clean_run(rec: RunRecord, dry_run: bool = False) -> list[str]:
-    """Remove one dead run's resources; return a line per thing removed."""
+def _cmdline(pid: int) -> str:
+    try:
+        return open(f"/proc/{pid}/cmdline", "rb").read().replace(b"\0", b" ").decode(errors="replace").strip()[:80]
+    except OSError:
+        return "?"
+
+
+def clean_run(
+    rec: RunRecord, dry_run: bool = False, keep_record: bool = False, spare_pid: int | None = None
+) -> list[str]:
+    """Remove one dead run's resources; return a line per thing removed. keep_record: leave the
+    registry file (the run's own teardown decides); spare_pid: a live process not to touch (the
+    owner cleaning up after itself carries the run's tag)."""
     done = []
-    # processes first, so nothing recreates what is removed next
+    spare = {os.getpid()} | ({spare_pid} if spare_pid else set())
+    # processes first, so nothing recreates what is removed next: the recorded ones, and every
+    # process carrying the run's tag (started before its pid could be written down)
+    targets = {}
     for r in rec.resources:
-        if r["type"] == "process" and procs.alive(r["pid"], r.get("started")):
-            if not dry_run:
-                procs.terminate(r["pid"], r.get("started"))
-            done.append(f"process {r['pid']} ({r.get('role', '?')})")
+        if r["type"] == "process" and r["pid"] not in spare and procs.alive(r["pid"], r.get("started")):
+            targets[r["pid"]] = (r.get("started"), r.get("role", "?"))
+    for r in rec.resources:
+        if r["type"] == "env-tag":
+            for pid, st in procs.tagged(r["name"], r["value"], spare):
+                targets.setdefault(pid, (st, f"tagged: {_cmdline(pid)}"))
+    if targets and not dry_run:
+        procs.terminate_all([(p, st) for p, (st, _) in targets.items()])
+    done += [f"process {p} ({role})" for p, (_, role) in sorted(targets.items())]
     for r in rec.resources:  # loss rules before the links they hang on
         if r["type"] == "nft-table":
             present = (
@@ -94,7 +114,7 @@ def clean_run(rec: RunRecord, dry_run: bool = False) -> list[str]:
                 if not dry_run:
                     run(["ip", "netns", "del", r["name"]])
                 done.append(f"netns {r['name']}")
-    if not dry_run:
+    if not dry_run and not keep_record:
         rec.path.unlink(missing_ok=True)
     return done
 

@@ -16,6 +16,9 @@ from pathlib import Path
 from . import procs
 from .state import runs_dir
 
+# The environment variable whose value tags every process a run starts (see Registry.env_tag).
+TAG_ENV = "ZLAB_RUN"
+
 
 @dataclass
 class RunRecord:
@@ -80,6 +83,15 @@ class Registry:
     def nft_table(self, name: str) -> None:
         """An nftables netdev table (a gray failure's loss rule)."""
         self._write({"type": "nft-table", "family": "netdev", "name": name})
+
+    def env_tag(self, name: str, value: str) -> None:
+        """Processes started from now on carry name=value in their environment. Recorded before
+        any of them exists: a pid can only be written down after its process exists, and an owner
+        killed in between (Mininet starts hundreds of shells) would leave them unrecorded."""
+        self._write({"type": "env-tag", "name": name, "value": value})
+
+    def flush(self) -> None:
+        self._fh.flush()
 
     def process(self, pid: int, role: str) -> None:
         self._write({"type": "process", "pid": pid, "started": procs.start_time(pid), "role": role})

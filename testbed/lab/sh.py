@@ -21,7 +21,9 @@ def run(cmd: list[str] | str, check: bool = True, input: str | None = None, time
     except subprocess.TimeoutExpired:
         raise CommandError(f"{' '.join(argv)}: timed out after {timeout} s") from None
     if check and proc.returncode != 0:
-        raise CommandError(f"{' '.join(argv)} failed ({proc.returncode}): {proc.stderr.strip() or proc.stdout.strip()}")
+        shown = " ".join(argv)
+        shown = shown if len(shown) <= 300 else shown[:300] + f" ... ({len(argv)} arguments)"
+        raise CommandError(f"{shown} failed ({proc.returncode}): {proc.stderr.strip() or proc.stdout.strip()}")
     return proc.stdout
 
 

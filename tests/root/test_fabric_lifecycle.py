@@ -66,7 +66,8 @@ def test_cabling_check_finds_a_swapped_nic_cable(tmp_path):
 
 def test_one_shot_probe_names_exactly_the_pairs_a_broken_route_or_entry_cuts(tmp_path):
     """The all-pairs probe proves, it does not assume: a host route removed from g0 fails exactly
-    g0-p0's probes to that address; a flow entry removed from za1 fails exactly the pairs through it."""
+    g0-p0's probes to that address, stopped at g0; a flow entry removed from za1 fails exactly the
+    pairs through it, and the switches' counters place the stop at za1."""
     with LiveFabric(ZCUBE, EmulationConfig(), results_dir=str(tmp_path), log=lambda *_: None) as f:
         assert f.reach["reachable"] == f.reach["pairs"] == 480
         _break_and_probe(probes.LiveRun(f.dir))
@@ -79,6 +80,8 @@ def _break_and_probe(live):
     try:
         r = probes.reachability(live, timeout_s=1.5)
         assert r["pairs"] == 480 and r["failed"] == [f"g0-p0 -> {rail5.name} (Network is unreachable)"]
+        (u,) = r["unreachable"]
+        assert u["pair"] == f"g0-p0 -> {rail5.name}" and u["stopped_at"] == "g0"  # the sender's own table
     finally:
         live.in_host(
             "g0", ["ip", "route", "add", f"{rail5.ip}/32", "dev", "g0-p0", "src", fab.gpu_port_by_role(0, "cons").ip]
@@ -90,6 +93,10 @@ def _break_and_probe(live):
     want = sorted(f"{fab.gpu_port_by_role(g, 'rail').name} -> {cons4.name}" for g in range(16) if g != 4)
     assert r["failed"] == want
     assert r["reachable"] == 480 - 15
+    # proven against the switches' counters: each pair's probes crossed its zb switch and stopped at za1
+    assert sorted(u["pair"] for u in r["unreachable"]) == want
+    assert {u["stopped_at"] for u in r["unreachable"]} == {"za1"}
+    assert len(r["rounds"]) >= 2 and r["rounds"][-1]["missing"] == 15  # re-sent: not mistaken for loss
 
 
 def test_sigkill_then_clean_leaves_nothing_and_spares_foreign_objects(tmp_path):
