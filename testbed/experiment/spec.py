@@ -16,6 +16,7 @@ import yaml
 
 from traffic.workload import MAPPINGS, SCHEDULERS
 
+from ..congestion import params as congestion
 from ..emulation.failplan import ACTIONS, RECOVERY_MODES
 from ..errors import UserInputError
 from ..fabric.kinds import KINDS
@@ -159,6 +160,7 @@ SCHEMA = {
             scales={"type": "array", "items": {"enum": ["same", "real"]}, "uniqueItems": True, "default": []},
             real_requests={"type": ["integer", "null"], "minimum": 1, "default": None},
         ),
+        "congestion": congestion.SCHEMA,  # ECN, PFC, DCQCN in real units (testbed/congestion/params.py)
     },
 }
 
@@ -232,6 +234,7 @@ DESCRIPTIONS = {
     "referee": "replay the finished run in ns-3 (zlab referee); needs provision.sh --referee",
     "referee.scales": "same (the emulation's units) and/or real (real rates and sizes)",
     "referee.real_requests": "real scale: replay only the first N requests (null: all)",
+    **congestion.DESCRIPTIONS,
 }
 EVENT_DESCRIPTIONS = {
     "at_emulated_s": "emulated seconds after the replay's start (x 1/dilation = real seconds)",
@@ -333,6 +336,7 @@ def validate(spec: dict) -> dict:
     w = spec["workload"]
     if ("offered_load" in w) == ("load_factor" in w):
         raise ExperimentSpecError("spec error at workload: give exactly one of offered_load or load_factor")
+    congestion.validate(spec.get("congestion"))  # a run folder from before the section has none
     return spec
 
 
