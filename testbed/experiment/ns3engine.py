@@ -57,6 +57,18 @@ def with_params(text: str, params: dict[str, int]) -> str:
     return "\n".join(lines[: last + 1] + add + lines[last + 1 :]) + "\n"
 
 
+def refuse(spec: dict) -> None:
+    """What engine ns3 cannot run, refused before anything is resolved or written: failures (no
+    controller or failure injection in ns-3) and a referee (it replays an emulation run in ns-3)."""
+    failing = sorted(lab for lab, events in spec["failures"]["events"].items() if events)
+    if failing:
+        raise UserInputError(
+            f"engine ns3 does not simulate failures (failures.events for {', '.join(failing)}): run them in the emulation"
+        )
+    if spec["referee"]["scales"]:
+        raise UserInputError("referee.scales replays an emulation run in ns-3; an engine ns3 run is ns-3 already")
+
+
 def run_experiment(
     exp: Experiment, results_dir: str = "results", run_id: str | None = None, log=print, show_progress: bool = True
 ) -> tuple[Path, str]:
@@ -67,6 +79,7 @@ def run_experiment(
 
     if exp.spec.get("engine") != "ns3":
         raise UserInputError(f"engine {exp.spec.get('engine')!r}: this runner runs engine ns3")
+    refuse(exp.spec)
     ok, what = binary.status()
     if not ok:  # refuse before writing anything
         raise UserInputError(f"engine ns3 needs the compiled ns-3 program: {what}")

@@ -151,6 +151,11 @@ def test_an_uncongested_transfer_completes_in_its_serialisation_time_by_hand(ns3
     [
         (["--engine", "foo"], "spec error at engine: 'foo' is not one of ['emulation', 'ns3']"),
         (["--engine", "ns3", "--preset", "queue-faithful"], "engine ns3 runs at real scale"),
+        (["--engine", "ns3", "--set", "referee.scales=[real]"], "an engine ns3 run is ns-3 already"),
+        (
+            ["docs/examples/failures.yaml", "--engine", "ns3"],
+            "engine ns3 does not simulate failures",
+        ),
     ],
 )
 def test_bad_engine_input_is_one_line_exit_2_nothing_written(tmp_path, capsys, argv, says):

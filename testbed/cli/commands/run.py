@@ -50,6 +50,9 @@ def _ns3_experiment(args):
         return None
     if args.preset != "as-given" or args.precision is not None:
         raise UserInputError("engine ns3 runs at real scale: --preset and --precision are the emulation's")
+    from ...experiment import ns3engine
+
+    ns3engine.refuse(spec)
     return resolve(spec)
 
 
