@@ -31,6 +31,7 @@ from ..emulation.up import LiveFabric, Terminated, raise_terminated
 from ..errors import UserInputError
 from ..fabric import failures
 from ..records import JsonLines, read_json, read_jsonl, write_json
+from . import schedule
 from .resolve import Experiment, FabricRun, Repeat
 
 # The agent plays the NICs: on a 2-core machine shared with ovs-vswitchd and the kernel's
@@ -146,7 +147,7 @@ def replay(exp: Experiment, fr: FabricRun, rep: Repeat, lf: LiveFabric, live: Li
     try:
         queue = _connect(exp, fr, rep, live, r.agent)
         drops_before = losses.snapshot(live, _vswitchd_pid())
-        t0 = _post(fr, lf, r, queue)
+        t0 = _post(fr, rep, lf, r, queue)
         status = _run(exp, rep, r, t0, len(queue), bar)
         _collect(fr, rep, live, r, drops_before, log)
     finally:
@@ -237,7 +238,7 @@ def _connect(exp: Experiment, fr: FabricRun, rep: Repeat, live: LiveRun, agent: 
     return queue
 
 
-def _post(fr: FabricRun, lf: LiveFabric, r: _Replay, queue: list[tuple]) -> int:
+def _post(fr: FabricRun, rep: Repeat, lf: LiveFabric, r: _Replay, queue: list[tuple]) -> int:
     """Post every message at its due time after t0, record the clock and the schedule as posted,
     start the failure injector; returns t0 (ns, monotonic)."""
     # t0 only after all set-up work, so no transfer is released late in a burst
@@ -250,27 +251,9 @@ def _post(fr: FabricRun, lf: LiveFabric, r: _Replay, queue: list[tuple]) -> int:
             meta={"req": t.req, "shard": t.shard, "real_bytes": msg.real_bytes},
         )
     write_json(r.raw / "run_clock.json", {"t0_ns": t0, "messages": len(queue)})
-    # the schedule as posted (order, QP source ports, due times): what a referee replays
-    write_json(
-        r.raw / "schedule.json",
-        {
-            "t0_ns": t0,
-            "messages": [
-                {
-                    "src_port": msg.src_port,
-                    "dst_port": msg.dst_port,
-                    "sport": conn.sport,
-                    "size_bytes": msg.size_bytes,
-                    "real_bytes": msg.real_bytes,
-                    "t_due_ns": int(t.t_post_s * 1e9),
-                    "req": t.req,
-                    "shard": t.shard,
-                }
-                for conn, msg, t in queue
-            ],
-        },
-        sort_keys=False,
-    )
+    # the schedule as posted (order, QP source ports, due times): what a referee replays; the same
+    # pure function gives the ns-3 engine its schedule (each QP's sport is rep.qps[pair], as connected)
+    write_json(r.raw / "schedule.json", {"t0_ns": t0, "messages": schedule.messages(rep)}, sort_keys=False)
     if fr.failplan:
         r.injector = _start_injector(lf, t0, r.raw)
     return t0

@@ -76,6 +76,8 @@ SCHEMA = {
         # source ports (ECMP entropy) and its scheduler/mapping draws
         "repeats": {"type": "integer", "minimum": 1, "maximum": 50, "default": 5},
         "timeout_s": _n(60),
+        # where the experiment runs: the emulation (Mininet/OVS, scaled, root) or ns-3 at real scale (no root)
+        "engine": _enum("emulation", "emulation", "ns3"),
         # the framework running the zlab OpenFlow app (the same app file): os-ken, or real Ryu from .venv-ryu
         "controller": _enum("os-ken", "os-ken", "ryu"),
         "fabrics": {
@@ -173,6 +175,8 @@ DESCRIPTIONS = {
     "seed": "first seed of every random draw; repeat k uses seed + k",
     "repeats": "independent draws per fabric on the same built fabric (QP source ports, scheduler and mapping draws)",
     "timeout_s": "wall-clock limit of one replay, seconds",
+    "engine": "where it runs: emulation (Mininet/OVS, time-dilated, scaled sizes, root) or ns3 (the ns-3 packet "
+    "engine at real rates and sizes, no root; emulation.rate_scale and workload.size_scale are then 1)",
     "controller": "framework running the zlab OpenFlow app: os-ken, or real Ryu from .venv-ryu",
     "fabrics": "fabric label -> fabric spec (kind:key=value,...; `zlab fabric kinds` lists them); every fabric "
     "replays the same schedule",

@@ -149,7 +149,7 @@ def markdown(run: dict, exp: dict, metrics: dict, plots: list[str]) -> str:
         ttft_decomposed(fabs),
         every_repeat(fabs),
         fidelity_checks(exp["spec"]["measurement"], fabs),
-        setup(exp, list(fabs)),
+        setup(exp, list(fabs), run),
         published(),
         plot_links(plots),
         [SOURCES],
@@ -422,6 +422,15 @@ def _worst(repeats: list[dict], fn, agg=max):
     return agg(vals) if vals else None
 
 
+# the checks that read what ns-3 records (the network's own loss); the rest judge the emulating machine
+NS3_CHECKS = ("frames dropped in switch egress queues (the fabric's own loss)", "retransmissions, NAKs and timeouts")
+
+
+def _engine(fab: dict) -> str:
+    """The engine that recorded a fabric's repeats (runs from before engines existed: emulation)."""
+    return next((r.get("engine", "emulation") for r in fab["repeats"]), "emulation")
+
+
 def fidelity_checks(m: dict, fabs: dict) -> list[str]:
     """Every fidelity check beside its limit, the worst repeat per fabric (the lowest for the
     calibration ratio, the highest for everything else)."""
@@ -437,6 +446,9 @@ def fidelity_checks(m: dict, fabs: dict) -> list[str]:
         agg = min if name.startswith("calibration") else max
         cells = []
         for lab in labels:
+            if _engine(fabs[lab]) == "ns3" and name not in NS3_CHECKS:
+                cells.append("not applicable to ns3")
+                continue
             v = _worst(fabs[lab]["repeats"], fn, agg)
             if name.startswith("calibration") and lab in uncal:
                 cells.append("uncalibrated")
@@ -446,7 +458,19 @@ def fidelity_checks(m: dict, fabs: dict) -> list[str]:
     return L
 
 
-def setup(exp: dict, labels: list[str]) -> list[str]:
+ENGINE_LINES = {
+    "emulation": "emulation (Mininet/OVS switches, the agent's RoCE transport, time-dilated, scaled sizes)",
+    "ns3": "ns3 (ns-3 3.37 packet simulation at real rates and sizes, 4 KB packets, serialising links; "
+    "no emulating machine, so its fidelity rules do not apply)",
+}
+
+
+# the transport both engines run today (the agent's rules, which ns-3 restates); a run's run.json names
+# its own when it differs (engine ns3 with extra params)
+TRANSPORT = "window 64 packets, no congestion control"
+
+
+def setup(exp: dict, labels: list[str], run: dict | None = None) -> list[str]:
     """What ran: the fabrics, workload, deployment, the scale factors with what one frame stands
     for, and whether the XOFF threshold is representable at this scale."""
     spec = exp["spec"]
@@ -456,9 +480,11 @@ def setup(exp: dict, labels: list[str]) -> list[str]:
     burst = first["emulation"]["burst_bytes"] or em["mtu_bytes"] + 14
     xoff_emu = m["xoff_real_bytes"] * sc["size_scale"]
     frames = xoff_emu / burst
+    engine = spec.get("engine", "emulation")
     return [
         "## Setup",
         "",
+        f"- engine: {ENGINE_LINES.get(engine, engine)}; transport: {(run or {}).get('transport', TRANSPORT)}",
         *[f"- `{lab}`: `{exp['fabrics'][lab]['fabric']}`" for lab in labels],
         f"- workload: trace `{w['trace']}` requests {w['start_index']}…{w['start_index'] + w['requests'] - 1}, "
         f"model `{w['model']}` ({s['kv_bytes_per_token']:,} KV bytes/token), offered load "
@@ -467,6 +493,23 @@ def setup(exp: dict, labels: list[str]) -> list[str]:
         f"utilisation {100 * s['prefill_utilisation']:.0f} %",
         f"- deployment: {d['prefill_instances']} P + {d['decode_instances']} D instances of TP {d['tp']}, mapping "
         f"`{d['mapping']}`, scheduler `{d['scheduler']}`, ZCube split `{d['split']}`, RoCE path MTU {d['path_mtu']}",
+        *(_ns3_scale_lines(m) if engine == "ns3" else _scale_lines(sc, m, burst, xoff_emu, frames)),
+    ]
+
+
+def _ns3_scale_lines(m: dict) -> list[str]:
+    """ns-3 runs at real scale: nothing to convert, and a queue is real bytes."""
+    return [
+        "- scaling: none (ns-3 at real rates and sizes: rate_scale 1, size_scale 1, dilation 1)",
+        f"- queues: real bytes; XOFF {m['xoff_real_bytes']:,} bytes for the backlog episodes (no PFC in this "
+        f"transport); every switch egress queue sampled every {m['queue_sample_ms']} ms of simulated time; "
+        "ns-3 counts sent bytes only per run, so no utilisation windows.",
+    ]
+
+
+def _scale_lines(sc: dict, m: dict, burst: int, xoff_emu: float, frames: float) -> list[str]:
+    """The emulation's scale factors, what one frame stands for and whether the XOFF is representable."""
+    return [
         f"- scaling: rate_scale {sc['rate_scale']:g} (link rates), size_scale {sc['size_scale']:g} (bytes), dilation "
         f"{sc['dilation']:g} (emulated s per real s). One {burst}-byte frame stands for "
         f"{burst / sc['size_scale'] / 2**20:,.1f} MiB of real data. Shapers and pacers hold one frame of burst.",

@@ -53,6 +53,17 @@ def cpu_fractions(rows: list[dict]) -> dict:
     return out
 
 
+LINK_UTIL_COLUMNS = ["t_s", "window_s", "port", "carried_util", "carried_beyond_frame", "offered_util"]
+LINK_BYTES_COLUMNS = [
+    "port",
+    "predicted_bytes",
+    "measured_bytes",
+    "error",
+    "control_allowance_bytes",
+    "error_beyond_frame",
+]
+
+
 class FabricData:
     """One fabric's raw data of one repeat, as tables."""
 
@@ -63,6 +74,8 @@ class FabricData:
         self.resolved = resolved
         self.fabric = Fabric.load(self.dir / "fabric.json")
         self.run = read_json(self.dir / "run.json")
+        # which engine recorded it: "emulation" (runs recorded before engines existed) or "ns3"
+        self.engine = self.run.get("engine", "emulation")
         raw = self.dir / "raw" / f"rep{repeat}"
         self.raw = raw
         self.plan = read_json(raw / "plan.json")
@@ -206,8 +219,8 @@ class FabricData:
         first sample's start to the end of the last one's dump), so carried utilisation is never
         overstated by a late read."""
         arr = self.queue_arrays()
-        if arr is None:
-            return pd.DataFrame()
+        if arr is None or (self.queue_header or {}).get("counters_at") == "end":
+            return pd.DataFrame(columns=LINK_UTIL_COLUMNS)  # ns-3 counts sent bytes per port only at the end
         t, ports, b, q, d, x = arr
         dump = np.array([r.get("dump_ns", 0) for r in self.queue_rows], dtype=float) / 1e9
         rate = self.port_rate_bps(ports)
@@ -274,6 +287,8 @@ class FabricData:
         tables with the QP's actual UDP source port, summed per switch egress port, against the
         bytes each egress queue counted during the replay."""
         fab = self.fabric
+        if self.engine == "ns3":  # ns-3 forwards by the same entries and counts no bytes per QP: not compared
+            return pd.DataFrame(columns=LINK_BYTES_COLUMNS)
         ports = self.queue_header["ports"] if self.queue_header else []
         predicted = dict.fromkeys(ports, 0.0)
         qps = self.counters.get("qps", [])

@@ -35,11 +35,41 @@ def retry_spec(run_dir: str):
     return especs.validate(spec)
 
 
-def run(args) -> int:
-    from ...experiment import advice
-    from ...experiment.runner import run_experiment
-    from ...records import read_json
+def _ns3_experiment(args):
+    """The experiment for engine ns3, or None when the spec's engine is the emulation. ns-3 runs
+    at real scale, so the emulation's scaling planner (presets, capacity cap) has nothing to do."""
+    from ...experiment import spec as especs
+    from ...experiment.resolve import resolve
 
+    if args.retry_invalid:
+        if args.engine == "ns3":
+            raise UserInputError("--retry-invalid reruns an emulation run's invalid fabrics; it takes no --engine ns3")
+        return None
+    spec = especs.load(args.spec, args.set)
+    if spec["engine"] != "ns3":
+        return None
+    if args.preset != "as-given" or args.precision is not None:
+        raise UserInputError("engine ns3 runs at real scale: --preset and --precision are the emulation's")
+    from ...experiment import ns3engine
+
+    ns3engine.refuse(spec)
+    return resolve(spec)
+
+
+def run(args) -> int:
+    from ...experiment.runner import run_experiment
+
+    if args.engine is not None:  # the spec field, so one validation names a bad value
+        args.set = (args.set or []) + [f"engine={args.engine}"]
+    ns3 = _ns3_experiment(args)
+    if ns3 is not None:
+        from ...experiment import ns3engine
+
+        if args.dry_run:
+            print_plan(ns3)
+            return 0
+        root, status = ns3engine.run_experiment(ns3, results_dir=args.results, show_progress=not args.no_progress)
+        return _finish(root, status)
     if args.retry_invalid:
         if args.spec or args.set:
             raise UserInputError("--retry-invalid takes the earlier run's spec; give no SPEC or --set with it")
@@ -65,6 +95,14 @@ def run(args) -> int:
         print_plan(exp)
         return 0
     root, status = run_experiment(exp, results_dir=args.results, show_progress=not args.no_progress)
+    return _finish(root, status)
+
+
+def _finish(root: Path, status: str) -> int:
+    """Print the run's summary; exit 0 (valid), 3 (a fabric invalid, with advice) or 130 (stopped)."""
+    from ...experiment import advice
+    from ...records import read_json
+
     metrics = read_json(root / "metrics.json") if (root / "metrics.json").exists() else {}
     print(f"[zlab] run {status}: {root}")
     print_summary(root, metrics)
@@ -85,6 +123,12 @@ def register(sub) -> None:
         "Azure code trace); writes results/<run>/report.md",
     )
     ru.add_argument("spec", nargs="?", help="YAML experiment spec merged over the built-in default")
+    ru.add_argument(
+        "--engine",
+        metavar="ENGINE",
+        help="where it runs: emulation (the default; Mininet/OVS, root, time-dilated, scaled sizes) or ns3 "
+        "(ns-3 at real rates and sizes, no root; needs provision.sh --referee); same as --set engine=ENGINE",
+    )
     ru.add_argument(
         "--dry-run",
         action="store_true",
