@@ -145,6 +145,10 @@ class _Sim:
         self.next_flow = 0
         self.rr_p = self.rr_d = 0
         self.occ = Occupancy()
+        self.now = 0
+        # instances to reconsider once every event at `now` is in: requests that arrive, or KV that
+        # lands, at the same instant are then batched together (kind order: transfers, prefill, steps)
+        self.dirty: set[tuple[int, int]] = set()
         for rec in self.records:
             self._push(rec.req.t_arrival_ns, "arrive", rec)
 
@@ -156,8 +160,13 @@ class _Sim:
         while True:
             t_int = self.heap[0][0] if self.heap else None
             t_net = self.engine.next_event_ns()
-            if t_int is None and t_net is None:
+            t_next = min((t for t in (t_int, t_net) if t is not None), default=None)
+            if self.dirty and (t_next is None or t_next > self.now):
+                self._flush()
+                continue
+            if t_next is None:
                 break
+            self.now = t_next
             if t_net is not None and (t_int is None or t_net <= t_int):
                 self._network(t_net)
                 continue
@@ -168,6 +177,12 @@ class _Sim:
         if unfinished:
             raise RuntimeError(f"{len(unfinished)} requests never finished (first: {unfinished[0]})")
         return Result(self.records, self.occ, self.dep, self.engine.name)
+
+    def _flush(self) -> None:
+        while self.dirty:
+            kind, i = min(self.dirty)
+            self.dirty.discard((kind, i))
+            (self._try_transfer, self._try_prefill, self._try_step)[kind](self.now, i)
 
     # --- network -------------------------------------------------------------------------------
     def _network(self, t_ns: int) -> None:
@@ -181,10 +196,10 @@ class _Sim:
     def _kv_arrived(self, t_ns: int, rec: RequestRecord) -> None:
         p = self.P[rec.p_instance]
         p.used_tokens -= rec.req.input_tokens  # the prefill instance lets the KV go only now
-        self._try_prefill(t_ns, rec.p_instance)
+        self.dirty.add((1, rec.p_instance))
         d = self.D[rec.d_instance]
         d.ready.append(rec)
-        self._try_step(t_ns, rec.d_instance)
+        self.dirty.add((2, rec.d_instance))
 
     # --- prefill -------------------------------------------------------------------------------
     def _on_arrive(self, t_ns: int, rec: RequestRecord) -> None:
@@ -195,7 +210,7 @@ class _Sim:
             i = min(range(len(self.P)), key=lambda k: (len(self.P[k].queue) + self.P[k].busy, k))
         rec.p_instance = i
         self.P[i].queue.append(rec)
-        self._try_prefill(t_ns, i)
+        self.dirty.add((1, i))
 
     def _try_prefill(self, t_ns: int, i: int) -> None:
         p = self.P[i]
@@ -234,9 +249,9 @@ class _Sim:
             self.D[j].assigned += 1
             self.D[j].pending.append(rec)
             touched.append(j)
-        for j in dict.fromkeys(touched):
-            self._try_transfer(t_ns, j)
-        self._try_prefill(t_ns, i)
+        for j in touched:
+            self.dirty.add((0, j))
+        self.dirty.add((1, i))
 
     # --- KV transfer ---------------------------------------------------------------------------
     def _try_transfer(self, t_ns: int, j: int) -> None:
@@ -297,10 +312,9 @@ class _Sim:
         freed = len(keep) < len(d.batch)
         d.batch = keep
         if freed:
-            self._try_transfer(t_ns, j)
-        self._try_step(t_ns, j)
-        if not d.batch:
+            self.dirty.add((0, j))
             self._sample(t_ns, j)
+        self.dirty.add((2, j))
 
     def _sample(self, t_ns: int, j: int) -> None:
         d = self.D[j]
