@@ -59,3 +59,84 @@ def summarise(capacities: dict[str, list[float]], order: list[str]) -> dict:
         ratios = [x / y for x, y in zip(a, b) if y > 0]
         out["ratio"] = {"of": f"{order[0]}/{order[1]}", **ci95(ratios)}
     return out
+
+
+@dataclass(frozen=True)
+class Options:
+    """What a capacity search needs besides the spec (flags of `zlab capacity`)."""
+
+    engines: tuple[str, ...]
+    gpu: str
+    slo_s: dict  # metric (metrics.SLO_METRICS) -> seconds
+    rate_min: float  # offered requests/s per serving GPU
+    rate_max: float
+    iterations: int
+    repeats: int
+    requests: int
+    start_index: int
+    seed: int
+
+
+def search(scenarios: dict, opts: Options, progress: Callable[[str], None] | None = None) -> dict:
+    """Every (engine, fabric, repeat) bisected; the document `zlab capacity` writes as capacity.json."""
+    from . import engines, metrics, model
+
+    series: list[dict] = []  # one per (engine, fabric, repeat)
+    summaries: list[dict] = []  # one per engine
+    total = len(opts.engines) * len(scenarios) * opts.repeats
+    done = 0
+    for engine in opts.engines:
+        caps: dict[str, list[float]] = {}
+        for label, sc in scenarios.items():
+            for k in range(opts.repeats):
+                seed = opts.seed + k
+                points: list[dict] = []
+
+                def passes(
+                    rate: float, sc=sc, seed=seed, points=points, k=k, label=label, engine=engine, n=done
+                ) -> bool:
+                    reqs = sc.requests(rate, opts.requests, opts.start_index, seed)
+                    res = model.simulate(
+                        reqs,
+                        sc.deployment,
+                        sc.compute,
+                        sc.compute,
+                        engines.make_engine(engine, sc),
+                        sc.flow_planner(seed),
+                        sc.scheduler,
+                    )
+                    m = metrics.summarise(res, sc.n_gpus, opts.slo_s)
+                    m["rate_per_gpu"] = rate
+                    if k == 0:  # one repeat's occupancy over time is enough to look at
+                        m["occupancy_series"] = metrics.occupancy_series(res)
+                    points.append(m)
+                    if progress:
+                        progress(
+                            f"{engine} {label} repeat {k + 1}/{opts.repeats} ({n + 1}/{total}): "
+                            f"{rate:.4g} req/s/GPU {'meets' if m['meets_slo'] else 'misses'} the SLOs"
+                        )
+                    return m["meets_slo"]
+
+                s = bisect(passes, opts.rate_min, opts.rate_max, opts.iterations)
+                at = next((p for p in points if p["rate_per_gpu"] == s.capacity), None)
+                caps.setdefault(label, []).append(s.capacity)
+                series.append(
+                    {
+                        "engine": engine,
+                        "fabric": label,
+                        "repeat": k,
+                        "seed": seed,
+                        "capacity_per_gpu_rps": s.capacity,
+                        "bound": s.bound,
+                        "ttft_p99_at_capacity_s": at["ttft_s"]["p99"] if at else None,
+                        "points": points,
+                    }
+                )
+                done += 1
+        summary = summarise(caps, list(scenarios))
+        summary["ttft_p99_at_capacity_s"] = {
+            label: ci95([r["ttft_p99_at_capacity_s"] for r in series if r["engine"] == engine and r["fabric"] == label])
+            for label in scenarios
+        }
+        summaries.append({"engine": engine, **summary})
+    return {"runs": series, "summaries": summaries}

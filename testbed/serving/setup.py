@@ -8,7 +8,6 @@ from the repeat's seed. Only the timing differs: here the serving model decides 
 
 from __future__ import annotations
 
-import importlib
 import random
 from dataclasses import dataclass
 
@@ -18,11 +17,8 @@ from ..fabric import Fabric, build_fabric
 from ..fabric.kinds import kind_of
 from ..fabric.paths import dst_address, split_fractions, src_port_id
 from .compute import InstanceCompute
-from .fixed_rate import FixedRateEngine
 from .model import Deployment, Request
 from .presets import Efficiency, gpu, model
-
-ENGINES = ("fixed-rate", "flow")
 
 
 @dataclass
@@ -113,19 +109,3 @@ def scenario(spec: dict, label: str, gpu_name: str, eff: Efficiency | None = Non
     )
     split = d["split"] if kind_of(fab).split_policies else None
     return Scenario(label, fab, comp, dep, insts, split, d["mapping"], d["scheduler"], traces.read(w["trace"]))
-
-
-def make_engine(name: str, sc: Scenario):
-    """A fresh engine for one simulation. "flow" is imported lazily (testbed/flowsim, another helper's
-    work): a branch without it still runs fixed-rate."""
-    if name == "fixed-rate":
-        return FixedRateEngine(sc.port_rates_bps())
-    if name == "flow":
-        flowsim = importlib.import_module("testbed.flowsim")
-        factory = getattr(flowsim, "FlowEngine", None)
-        if factory is None:
-            raise LookupError(
-                "the flow engine is not available (testbed.flowsim has no FlowEngine yet); use fixed-rate"
-            )
-        return factory(sc.fabric)
-    raise ValueError(f"unknown network engine {name!r}; engines: {', '.join(ENGINES)}")
