@@ -182,3 +182,57 @@ def test_faster_network_never_lowers_capacity():
         assert caps[0] <= caps[1] + step and caps[1] <= caps[2] + step, caps
         strict += caps[0] < caps[2]
     assert strict == 3
+
+
+def test_capacity_bad_input_exits_2_and_writes_nothing(tmp_path, capsys):
+    from testbed.cli import main
+
+    res = ["--results", str(tmp_path / "results")]
+    cases = [
+        (["--slo", "latency=1"], "unknown metric 'latency'; metrics: ttft, tpot"),
+        (["--slo", "ttft=-1"], "SECONDS > 0"),
+        (["--set", "deployment.tp=1"], "does not fit in 1 x h100"),
+        (["--set", "workload.model=deepseek-v3"], "no serving compute preset"),
+        (["--rate-min", "2", "--rate-max", "2"], "empty load range"),
+    ]
+    for argv, text in cases:
+        assert main(["capacity", *argv, *res]) == 2, argv
+        err = capsys.readouterr().err.strip().splitlines()
+        assert len(err) == 1 and err[0].startswith("zlab: error: ") and text in err[0], (argv, err)
+    assert not (tmp_path / "results").exists()
+
+
+def test_flow_engine_is_resolved_lazily(monkeypatch, tmp_path, capsys):
+    import testbed.flowsim as flowsim
+    from testbed.cli import main
+    from testbed.serving import engines
+
+    monkeypatch.delattr(flowsim, "FlowEngine", raising=False)
+    assert main(["capacity", "--network", "flow", "--results", str(tmp_path)]) == 2
+    assert "testbed.flowsim has no FlowEngine" in capsys.readouterr().err
+    assert not list(tmp_path.iterdir())
+    sc = setup.scenario(especs.load(None, []), "zcube", "h100")
+    monkeypatch.setattr(flowsim, "FlowEngine", lambda fab: FixedRateEngine({"x": 1.0}), raising=False)
+    assert isinstance(engines.make_engine("flow", sc), FixedRateEngine)
+
+
+def test_capacity_command_writes_a_self_describing_folder(tmp_path, capsys):
+    import json
+
+    from testbed.cli import main
+
+    argv = ["capacity", "--repeats", "2", "--requests", "30", "--iterations", "3", "--json", "--no-progress"]
+    assert main([*argv, "--results", str(tmp_path)]) == 0
+    out = json.loads(capsys.readouterr().out)
+    folder = tmp_path / out["folder"].split("/")[-1]
+    doc = json.loads((folder / "capacity.json").read_text())
+    assert doc["schema"] == "zlab.capacity/1" and doc["settings"]["slo_s"] == {"ttft": 2.0, "tpot": 0.2}
+    assert {(r["fabric"], r["repeat"]) for r in doc["runs"]} == {(f, k) for f in ("zcube", "roft") for k in (0, 1)}
+    for r in doc["runs"]:
+        assert len(r["points"]) >= 2 and r["bound"] in ("found", "below-range", "at-least-max")
+        passing = [p["rate_per_gpu"] for p in r["points"] if p["meets_slo"]]
+        assert r["capacity_per_gpu_rps"] == (max(passing) if passing else 0.0)
+    (s,) = doc["summaries"]
+    assert s["engine"] == "fixed-rate" and s["ratio"]["of"] == "zcube/roft" and s["ratio"]["n"] == 2
+    assert (folder / "throughput_vs_load.png").stat().st_size > 1000
+    assert (folder / "ttft_p99_vs_load.png").stat().st_size > 1000
