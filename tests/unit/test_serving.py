@@ -216,6 +216,7 @@ def test_flow_engine_is_resolved_lazily(monkeypatch, tmp_path, capsys):
     assert isinstance(engines.make_engine("flow", sc), FixedRateEngine)
 
 
+@pytest.mark.slow  # 1.5 s idle, up to 3.8 s on a loaded machine (matplotlib's import and two figures)
 def test_capacity_command_writes_a_self_describing_folder(tmp_path, capsys):
     import json
 
