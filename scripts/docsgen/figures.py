@@ -143,6 +143,11 @@ FIGURES = {
         ),
         Figure("multiplane", "multi-plane ZCube at 32,768 to 131,072 GPUs", (ZLAB, "multiplane", *MULTIPLANE_SPECS)),
         Figure(
+            "serving-capacity",
+            "serving capacity per GPU at the default SLOs, fixed-rate network, 5 repeats",
+            (ZLAB, "capacity", "--no-progress", "--results", "/tmp/zlab-docs-capacity"),
+        ),
+        Figure(
             "test-suite",
             "the whole test suite's size and duration",
             ("bash", "scripts/test.sh"),

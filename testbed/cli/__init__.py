@@ -14,6 +14,7 @@ import sys
 
 from ..errors import RuntimeFailure, UserInputError
 from .commands import (
+    capacity,
     capture,
     clean,
     compare,
@@ -64,6 +65,7 @@ COMMANDS = (
     multiplane,
     run,
     sweep,
+    capacity,
     compare,
     report,
     referee,

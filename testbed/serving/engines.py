@@ -1,0 +1,22 @@
+"""The network engines the serving model can drive, by name, each built fresh for one simulation.
+
+Why two: "fixed-rate" is what every public P/D simulator assumes (bytes / a fixed bandwidth, no
+contention), the baseline; "flow" is testbed/flowsim, max-min fair shares over the tables' exact
+routes, where transfers contend for the fabric.
+"""
+
+from __future__ import annotations
+
+from ..flowsim.engine import FlowEngine
+from .fixed_rate import FixedRateEngine
+
+ENGINES = ("fixed-rate", "flow")
+
+
+def make_engine(name: str, sc):
+    """A fresh engine for scenario `sc` (setup.Scenario)."""
+    if name == "fixed-rate":
+        return FixedRateEngine(sc.port_rates_bps())
+    if name == "flow":
+        return FlowEngine(sc.fabric)
+    raise ValueError(f"unknown network engine {name!r}; engines: {', '.join(ENGINES)}")

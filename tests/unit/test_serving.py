@@ -1,0 +1,236 @@
+"""The serving model on hand-worked schedules, the fixed-rate engine, and the capacity search.
+
+The schedules use a toy compute (prefill 1,000 ns per batch, decode 100 ns per request in the batch)
+and a scripted engine whose transfer times the test chooses, so every timestamp is worked by hand.
+"""
+
+from __future__ import annotations
+
+import pytest
+
+from testbed.experiment import spec as especs
+from testbed.serving import capacity, metrics, model, setup
+from testbed.serving.compute import InstanceCompute
+from testbed.serving.fixed_rate import FixedRateEngine
+from testbed.serving.presets import gpu
+from testbed.serving.presets import model as compute_model
+
+
+class ToyCompute:
+    def prefill_ns(self, prompt_tokens):
+        return 1000
+
+    def decode_step_ns(self, batch, context_tokens):
+        return 100 * batch
+
+
+class ScriptedEngine:
+    """Each transfer takes the time the test gave its request (carried in sport)."""
+
+    name = "scripted"
+
+    def __init__(self, duration_ns: dict[int, int]):
+        self.duration_ns, self.pending, self.clock = duration_ns, [], 0
+
+    def start(self, t_ns, flow_id, src, dst, size_bytes, sport=None):
+        assert t_ns >= self.clock
+        self.pending.append((t_ns + self.duration_ns[sport], flow_id))
+
+    def next_event_ns(self):
+        return min(self.pending)[0] if self.pending else None
+
+    def advance(self, t_ns):
+        done = sorted(p for p in self.pending if p[0] <= t_ns)
+        self.pending = [p for p in self.pending if p[0] > t_ns]
+        self.clock = t_ns
+        return [(f, t) for t, f in done]
+
+
+def one_flow(p, d, req, kv_bytes):
+    return [(f"p{p}", f"d{d}", kv_bytes, req)]
+
+
+def dep(**kw):
+    base = dict(
+        prefill_instances=1,
+        decode_instances=1,
+        prefill_kv_tokens=1000,
+        decode_kv_tokens=1000,
+        max_decode_batch=8,
+        max_prefill_tokens=1000,
+        kv_bytes_per_token=1,
+    )
+    return model.Deployment(**{**base, **kw})
+
+
+def run(reqs, durations, **kw):
+    res = model.simulate(reqs, dep(**kw), ToyCompute(), ToyCompute(), ScriptedEngine(durations), one_flow)
+    return {r.req.id: r for r in res.records}, res
+
+
+def test_kv_wait_one_request():
+    recs, res = run([model.Request(0, 0, 10, 3)], {0: 500})
+    r = recs[0]
+    assert (r.t_prefill_end_ns, r.t_kv_start_ns, r.t_kv_done_ns, r.t_decode_join_ns) == (1000, 1000, 1500, 1500)
+    assert (r.t_first_token_ns, r.t_done_ns) == (1600, 1800)
+    m = metrics.summarise(res, 2, {"ttft": 1600e-9, "tpot": 100e-9})
+    assert m["ttft_s"]["p50"] == pytest.approx(1600e-9)
+    assert m["kv_wait_s"]["measured_transfer_mean"] == pytest.approx(500e-9)
+    assert m["kv_wait_s"]["modelled_decode_memory_mean"] == 0
+    assert m["meets_slo"]
+    assert not metrics.summarise(res, 2, {"ttft": 1599e-9, "tpot": 1})["meets_slo"]
+
+
+def test_prefill_batches_what_is_queued():
+    # the first arrival starts a batch alone; the two queued behind it share the next batch
+    reqs = [model.Request(0, 0, 10, 1), model.Request(1, 10, 10, 1), model.Request(2, 20, 10, 1)]
+    recs, _ = run(reqs, {0: 1, 1: 1, 2: 1})
+    assert [recs[k].t_prefill_start_ns for k in range(3)] == [0, 1000, 1000]
+    limited, _ = run(reqs, {0: 1, 1: 1, 2: 1}, max_prefill_tokens=10)
+    assert [limited[k].t_prefill_start_ns for k in range(3)] == [0, 1000, 2000]
+    together, _ = run([model.Request(0, 0, 10, 1), model.Request(1, 0, 10, 1)], {0: 1, 1: 1})
+    assert together[1].t_prefill_start_ns == 0  # same-instant arrivals share one batch
+
+
+def test_slow_transfer_holds_the_prefill_instance():
+    # prefill memory holds one 10-token prompt: the second prefill waits for the first KV to leave
+    reqs = [model.Request(0, 0, 10, 1), model.Request(1, 0, 10, 1)]
+    slow, _ = run(reqs, {0: 5000, 1: 500}, prefill_kv_tokens=10)
+    assert slow[1].t_prefill_start_ns == 6000  # 1,000 prefill + 5,000 transfer
+    assert slow[1].t_first_token_ns == 6000 + 1000 + 500 + 100
+    fast, _ = run(reqs, {0: 500, 1: 500}, prefill_kv_tokens=10)
+    assert fast[1].t_prefill_start_ns == 1500
+
+
+def test_decode_memory_backpressure_delays_the_transfer():
+    # prefilled side by side on two P instances until 1,000; the decode instance holds 15 tokens, each
+    # request needs 13 (prompt + output)
+    reqs = [model.Request(0, 0, 10, 3), model.Request(1, 0, 10, 3)]
+    recs, res = run(reqs, {0: 500, 1: 500}, decode_kv_tokens=15, prefill_instances=2)
+    assert recs[0].t_done_ns == 1800  # joins 1,500, three steps of 100
+    assert recs[1].t_kv_start_ns == 1800  # memory freed only then
+    assert recs[1].t_done_ns == 1800 + 500 + 300
+    assert max(used for *_, used in res.occupancy.samples) <= 15
+    m = metrics.summarise(res, 2, {"ttft": 1, "tpot": 1})
+    assert m["kv_wait_s"]["modelled_decode_memory_mean"] == pytest.approx(400e-9)  # (0 + 800) / 2 ns
+
+
+def test_batch_slots_limit_the_decode_batch():
+    reqs = [model.Request(0, 0, 10, 3), model.Request(1, 0, 10, 3)]
+    one, _ = run(reqs, {0: 500, 1: 500}, max_decode_batch=1, prefill_instances=2)
+    assert one[1].t_kv_done_ns == 1500 and one[1].t_decode_join_ns == 1800
+    two, _ = run(reqs, {0: 500, 1: 500}, max_decode_batch=2, prefill_instances=2)
+    assert two[1].t_decode_join_ns == 1500
+    assert two[1].t_done_ns == 1500 + 3 * 200  # a step of two requests takes 200 ns
+
+
+def test_request_that_cannot_fit_is_refused():
+    with pytest.raises(ValueError, match="decode instance's KV memory"):
+        run([model.Request(0, 0, 10, 3)], {0: 1}, decode_kv_tokens=12)
+
+
+def test_fixed_rate_engine():
+    e = FixedRateEngine({"a": 100e9, "b": 200e9})
+    e.start(0, 1, "a", "b", 10**9)  # the slower port: 8e9 bits / 100e9 b/s = 80 ms
+    e.start(0, 2, "b", "b", 10**9)
+    assert e.next_event_ns() == 40_000_000
+    assert e.advance(50_000_000) == [(2, 40_000_000)]
+    assert e.advance(80_000_000) == [(1, 80_000_000)]
+    assert e.next_event_ns() is None
+    with pytest.raises(ValueError, match="before the engine's clock"):
+        e.start(1, 3, "a", "b", 1)
+
+
+def test_bisection_on_a_monotone_toy():
+    s = capacity.bisect(lambda r: r <= 3.7, 1.0, 10.0, 20)
+    assert s.bound == "found" and 3.7 - 1e-4 < s.capacity <= 3.7
+    assert capacity.bisect(lambda r: False, 1.0, 10.0, 5).bound == "below-range"
+    top = capacity.bisect(lambda r: True, 1.0, 10.0, 5)
+    assert (top.bound, top.capacity, len(top.points)) == ("at-least-max", 10.0, 2)
+    with pytest.raises(ValueError, match="load range"):
+        capacity.bisect(lambda r: True, 2.0, 2.0, 5)
+
+
+def test_model_that_does_not_fit_in_hbm():
+    with pytest.raises(ValueError, match="does not fit"):
+        InstanceCompute(compute_model("llama3-70b"), gpu("h100"), 1).kv_capacity_tokens()
+    assert InstanceCompute(compute_model("llama3-70b"), gpu("h100"), 4).kv_capacity_tokens() > 100_000
+
+
+def _capacity(sc, rate_factor: float, seed: int) -> float:
+    rates = {k: v * rate_factor for k, v in sc.port_rates_bps().items()}
+    slo = {"ttft": 2.0, "tpot": 0.2}
+
+    def passes(rate: float) -> bool:
+        reqs = sc.requests(rate, 40, 0, seed)
+        res = model.simulate(
+            reqs, sc.deployment, sc.compute, sc.compute, FixedRateEngine(rates), sc.flow_planner(seed), sc.scheduler
+        )
+        return metrics.summarise(res, sc.n_gpus, slo)["meets_slo"]
+
+    return capacity.bisect(passes, 0.02, 4.0, 6).capacity
+
+
+def test_faster_network_never_lowers_capacity():
+    """Seeded loop over arrival draws: capacity is non-decreasing in the NIC rate (to the search's
+    resolution), and at 1 % of the line rate the network does limit it."""
+    sc = setup.scenario(especs.load(None, []), "roft", "h100")
+    step = (4.0 - 0.02) / 2**6
+    strict = 0
+    for seed in range(3):
+        caps = [_capacity(sc, f, seed) for f in (0.01, 0.05, 1.0)]
+        assert caps[0] <= caps[1] + step and caps[1] <= caps[2] + step, caps
+        strict += caps[0] < caps[2]
+    assert strict == 3
+
+
+def test_capacity_bad_input_exits_2_and_writes_nothing(tmp_path, capsys):
+    from testbed.cli import main
+
+    res = ["--results", str(tmp_path / "results")]
+    cases = [
+        (["--slo", "latency=1"], "unknown metric 'latency'; metrics: ttft, tpot"),
+        (["--slo", "ttft=-1"], "SECONDS > 0"),
+        (["--set", "deployment.tp=1"], "does not fit in 1 x h100"),
+        (["--set", "workload.model=deepseek-v3"], "no serving compute preset"),
+        (["--rate-min", "2", "--rate-max", "2"], "empty load range"),
+    ]
+    for argv, text in cases:
+        assert main(["capacity", *argv, *res]) == 2, argv
+        err = capsys.readouterr().err.strip().splitlines()
+        assert len(err) == 1 and err[0].startswith("zlab: error: ") and text in err[0], (argv, err)
+    assert not (tmp_path / "results").exists()
+
+
+def test_network_engines_by_name():
+    from testbed.flowsim.engine import FlowEngine
+    from testbed.serving import engines
+
+    sc = setup.scenario(especs.load(None, []), "zcube", "h100")
+    assert isinstance(engines.make_engine("flow", sc), FlowEngine)
+    assert isinstance(engines.make_engine("fixed-rate", sc), FixedRateEngine)
+    with pytest.raises(ValueError, match="unknown network engine"):
+        engines.make_engine("ns4", sc)
+
+
+@pytest.mark.slow  # 1.5 s idle, up to 3.8 s on a loaded machine (matplotlib's import and two figures)
+def test_capacity_command_writes_a_self_describing_folder(tmp_path, capsys):
+    import json
+
+    from testbed.cli import main
+
+    argv = ["capacity", "--repeats", "2", "--requests", "30", "--iterations", "3", "--json", "--no-progress"]
+    assert main([*argv, "--results", str(tmp_path)]) == 0
+    out = json.loads(capsys.readouterr().out)
+    folder = tmp_path / out["folder"].split("/")[-1]
+    doc = json.loads((folder / "capacity.json").read_text())
+    assert doc["schema"] == "zlab.capacity/1" and doc["settings"]["slo_s"] == {"ttft": 2.0, "tpot": 0.2}
+    assert {(r["fabric"], r["repeat"]) for r in doc["runs"]} == {(f, k) for f in ("zcube", "roft") for k in (0, 1)}
+    for r in doc["runs"]:
+        assert len(r["points"]) >= 2 and r["bound"] in ("found", "below-range", "at-least-max")
+        passing = [p["rate_per_gpu"] for p in r["points"] if p["meets_slo"]]
+        assert r["capacity_per_gpu_rps"] == (max(passing) if passing else 0.0)
+    (s,) = doc["summaries"]
+    assert s["engine"] == "fixed-rate" and s["ratio"]["of"] == "zcube/roft" and s["ratio"]["n"] == 2
+    assert (folder / "throughput_vs_load.png").stat().st_size > 1000
+    assert (folder / "ttft_p99_vs_load.png").stat().st_size > 1000
