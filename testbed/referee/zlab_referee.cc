@@ -39,13 +39,15 @@ using namespace ns3;
 // ---- wire format --------------------------------------------------------------------------
 // The fields the endpoints and switches read; the packet is padded so that, with the 2-byte PPP
 // header ns-3 adds, it is exactly as long on the wire as the emulation's Ethernet frame.
-enum Op : uint8_t { DATA = 0, ACK = 1, NAK = 2 };
+enum Op : uint8_t { DATA = 0, ACK = 1, NAK = 2, CNP = 3 };
+enum Ecn : uint8_t { NOT_ECT = 0, ECT0 = 2, CE = 3 };  // the IP header's two ECN bits (RFC 3168)
 
 class ZHeader : public Header {
  public:
   uint32_t src_ip = 0, dst_ip = 0, qp = 0;
   uint16_t sport = 0;
   uint8_t op = DATA, ackreq = 0, hops = 0;  // hops: switches crossed so far
+  uint8_t ecn = NOT_ECT;
   uint64_t psn = 0;
 
   static TypeId GetTypeId() {
@@ -53,14 +55,14 @@ class ZHeader : public Header {
     return tid;
   }
   TypeId GetInstanceTypeId() const override { return GetTypeId(); }
-  uint32_t GetSerializedSize() const override { return 4 + 4 + 4 + 2 + 1 + 1 + 1 + 8; }
+  uint32_t GetSerializedSize() const override { return 4 + 4 + 4 + 2 + 1 + 1 + 1 + 1 + 8; }
   void Serialize(Buffer::Iterator i) const override {
     i.WriteHtonU32(src_ip); i.WriteHtonU32(dst_ip); i.WriteHtonU32(qp); i.WriteHtonU16(sport);
-    i.WriteU8(op); i.WriteU8(ackreq); i.WriteU8(hops); i.WriteHtonU64(psn);
+    i.WriteU8(op); i.WriteU8(ackreq); i.WriteU8(hops); i.WriteU8(ecn); i.WriteHtonU64(psn);
   }
   uint32_t Deserialize(Buffer::Iterator i) override {
     src_ip = i.ReadNtohU32(); dst_ip = i.ReadNtohU32(); qp = i.ReadNtohU32(); sport = i.ReadNtohU16();
-    op = i.ReadU8(); ackreq = i.ReadU8(); hops = i.ReadU8(); psn = i.ReadNtohU64();
+    op = i.ReadU8(); ackreq = i.ReadU8(); hops = i.ReadU8(); ecn = i.ReadU8(); psn = i.ReadNtohU64();
     return GetSerializedSize();
   }
   void Print(std::ostream& os) const override { os << "qp=" << qp << " psn=" << psn << " op=" << int(op); }
@@ -90,6 +92,20 @@ struct Params {
   // htb with a one-frame burst.
   uint64_t link_model = 0;
   uint64_t bucket_bytes = 0;
+  // RoCE congestion machinery (testbed/congestion/params.py ns3_params: names, defaults, sources).
+  // Defaults here are "off": a scenario without these params replays exactly as before.
+  uint64_t cc = 0;                       // 0 none (the window only), 1 dcqcn
+  uint64_t window_bytes = 0;             // > 0 replaces window_pkts
+  uint64_t ecn_enabled = 0;
+  uint64_t ecn_kmin_bytes_per_25g = 100000, ecn_kmax_bytes_per_25g = 400000, ecn_pmax_ppm = 200000;
+  uint64_t pfc_enabled = 0;
+  uint64_t buffer_bytes = 33554432, pfc_reserve_bytes = 4096, pfc_resume_offset_bytes = 3072;
+  uint64_t pfc_alpha_inv = 8, pfc_headroom_factor = 3;
+  uint64_t link_delay_ns = 0, switch_latency_ns = 0;
+  uint64_t dcqcn_g_inv = 256, dcqcn_alpha_update_ns = 1000, dcqcn_rate_decrease_ns = 4000;
+  uint64_t dcqcn_rate_increase_ns = 300000, dcqcn_byte_counter_bytes = 0, dcqcn_f = 1;
+  uint64_t dcqcn_ai_bps_per_25g = 5000000, dcqcn_hai_bps_per_25g = 50000000, dcqcn_min_rate_bps = 1000000000;
+  uint64_t cnp_interval_ns = 50000;
 };
 
 // ---- model --------------------------------------------------------------------------------
@@ -487,7 +503,18 @@ static void SetParam(const std::string& k, uint64_t v) {
       {"ackreq_every", &P.ackreq_every}, {"ack_coalesce", &P.ack_coalesce}, {"rto_floor_ns", &P.rto_floor_ns},
       {"rto_max_ns", &P.rto_max_ns}, {"hop_delay_ns", &P.hop_delay_ns},
       {"sample_period_ns", &P.sample_period_ns}, {"deadline_ns", &P.deadline_ns},
-      {"debug_no_pacing", &P.debug_no_pacing}, {"link_model", &P.link_model}, {"bucket_bytes", &P.bucket_bytes}};
+      {"debug_no_pacing", &P.debug_no_pacing}, {"link_model", &P.link_model}, {"bucket_bytes", &P.bucket_bytes},
+      {"cc", &P.cc}, {"window_bytes", &P.window_bytes}, {"ecn_enabled", &P.ecn_enabled},
+      {"ecn_kmin_bytes_per_25g", &P.ecn_kmin_bytes_per_25g}, {"ecn_kmax_bytes_per_25g", &P.ecn_kmax_bytes_per_25g},
+      {"ecn_pmax_ppm", &P.ecn_pmax_ppm}, {"pfc_enabled", &P.pfc_enabled}, {"buffer_bytes", &P.buffer_bytes},
+      {"pfc_reserve_bytes", &P.pfc_reserve_bytes}, {"pfc_resume_offset_bytes", &P.pfc_resume_offset_bytes},
+      {"pfc_alpha_inv", &P.pfc_alpha_inv}, {"pfc_headroom_factor", &P.pfc_headroom_factor},
+      {"link_delay_ns", &P.link_delay_ns}, {"switch_latency_ns", &P.switch_latency_ns},
+      {"dcqcn_g_inv", &P.dcqcn_g_inv}, {"dcqcn_alpha_update_ns", &P.dcqcn_alpha_update_ns},
+      {"dcqcn_rate_decrease_ns", &P.dcqcn_rate_decrease_ns}, {"dcqcn_rate_increase_ns", &P.dcqcn_rate_increase_ns},
+      {"dcqcn_byte_counter_bytes", &P.dcqcn_byte_counter_bytes}, {"dcqcn_f", &P.dcqcn_f},
+      {"dcqcn_ai_bps_per_25g", &P.dcqcn_ai_bps_per_25g}, {"dcqcn_hai_bps_per_25g", &P.dcqcn_hai_bps_per_25g},
+      {"dcqcn_min_rate_bps", &P.dcqcn_min_rate_bps}, {"cnp_interval_ns", &P.cnp_interval_ns}};
   auto it = known.find(k);
   if (it == known.end()) Fail("unknown param " + k);
   *it->second = v;
