@@ -14,7 +14,6 @@ from __future__ import annotations
 
 from ..errors import UserInputError
 from .mmu import headroom_bytes
-from .red import RATE_UNIT_BPS
 
 CC_NAMES = ("none", "dcqcn")
 
