@@ -194,16 +194,22 @@ build_ryu_venv() {
 
 # The optional ns-3 referee (`zlab referee`): Debian's ns-3 3.37 libraries and headers (~80 MB) and
 # one C++ program compiled from testbed/referee/zlab_referee.cc into .referee/ (rebuilt when its
-# source changes). Kept out of the core so that a lab-only install stays small.
+# source changes). Also SimGrid's Python binding (python3-simgrid, system Python only), the flow
+# engine's independent oracle (scripts/bench/flowsim_simgrid.py, tests/unit/test_flowsim_simgrid.py).
+# Kept out of the core so that a lab-only install stays small.
 install_referee() {
-  if ! dpkg-query -W -f='${Status}' libns3-dev 2>/dev/null | grep -q "install ok installed"; then
-    say "apt: installing libns3-dev (the ns-3 referee)"
+  local p missing=()
+  for p in libns3-dev g++ python3-simgrid; do
+    dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing+=("$p")
+  done
+  if [ ${#missing[@]} -gt 0 ]; then
+    say "apt: installing ${missing[*]} (the ns-3 referee, the SimGrid oracle)"
     export DEBIAN_FRONTEND=noninteractive
     apt-get update -q >/dev/null
-    apt-get install -y -q --no-install-recommends libns3-dev g++ >/dev/null
-    changed "apt packages: libns3-dev"
+    apt-get install -y -q --no-install-recommends "${missing[@]}" >/dev/null
+    changed "apt packages: ${missing[*]}"
   else
-    say "apt: libns3-dev present"
+    say "apt: libns3-dev, g++, python3-simgrid present"
   fi
   local out
   out=$("$VENV/bin/python" -c 'from testbed.referee import binary; p = binary.build(log=lambda *a: print(*a)); print("built:", p)') \

@@ -114,6 +114,11 @@ FIGURES = {
             (PY, "scripts/bench/flowsim.py", "--sizes", "64,1024"),
         ),
         Figure(
+            "flowsim-simgrid",
+            "the flow engine against SimGrid on the same schedule and routes, at 64 and 1,024 GPUs",
+            (PY, "scripts/bench/flowsim_simgrid.py", "--sizes", "64,1024"),
+        ),
+        Figure(
             "flowsim-bench-16384",
             "the flow-level engine at 16,384 GPUs: one KV transfer per prefill GPU",
             (PY, "scripts/bench/flowsim.py", "--sizes", "16384", "--rounds", "1"),
