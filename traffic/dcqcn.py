@@ -14,6 +14,9 @@ per QP, a current rate Rc and a target rate Rt, and a congestion estimate alpha.
   fast recovery while max(T, BC) < F: Rc = (Rt + Rc) / 2;
   additive increase once one counter reaches F: Rt += AI, then Rc = (Rt + Rc) / 2;
   hyper increase once both have: Rt += HAI, then Rc = (Rt + Rc) / 2.
+  Without a byte counter (byte_counter_bytes 0, as HPCC runs it) the timer's stage alone decides,
+  as HPCC's rdma-hw.cc RateIncEventMlx does, on the count before the event: below F fast recovery,
+  at F additive, above F hyper (the paper's two-counter rule would never reach hyper increase).
 - Rates stay within [min rate, line rate].
 Defaults are the values HPCC's public ns-3 scripts run DCQCN with (per 25 Gb/s of line rate for AI
 and HAI); they are parameters, not constants, and every run names them.
@@ -110,7 +113,15 @@ class Dcqcn:
 
     def _increase(self) -> None:
         f = self.p.fast_recovery_stages
-        if max(self.t_stage, self.bc_stage) < f:
+        if not self.p.byte_counter_bytes:
+            # timer only (HPCC's RateIncEventMlx): the stage before this event decides; below F fast
+            # recovery, at F one additive step, above F hyper increase
+            stage = self.t_stage - 1
+            if stage > f:
+                self.rt = min(self.p.line_rate_bps, self.rt + self.p.hai_bps)
+            elif stage == f:
+                self.rt = min(self.p.line_rate_bps, self.rt + self.p.ai_bps)
+        elif max(self.t_stage, self.bc_stage) < f:
             pass  # fast recovery: towards the target only
         elif min(self.t_stage, self.bc_stage) < f:
             self.rt = min(self.p.line_rate_bps, self.rt + self.p.ai_bps)

@@ -16,7 +16,11 @@
 //   entry <node> <priority> <dst_u32> <mask_u32> <udp_value> <udp_mask> <out_port_number>
 //   qp <qp_id> <src_port_id> <dst_port_id> <udp_sport>
 //   msg <msg_id> <qp_id> <t_due_ns> <size_bytes>
-// Outputs in the output folder: messages.csv, ports.csv, queue_samples.csv, summary.txt.
+// Outputs in the output folder: messages.csv, ports.csv, queue_samples.csv, summary.txt; with the
+// congestion machinery on (params ecn_enabled, pfc_enabled, cc; testbed/congestion/params.py) also
+// pfc.csv (t_ns,port,peer_port,event: 1 PAUSE sent by a switch ingress port to its peer, 0 RESUME),
+// rates.csv (t_ns,qp,rate_bps at every DCQCN rate change), cnp.csv (t_ns,qp: CNPs the senders took)
+// and, with ecn_trace 1, ecn.csv (t_ns,port,queue_bytes,marked for every ECT frame a switch sent).
 
 #include "ns3/core-module.h"
 #include "ns3/network-module.h"
@@ -29,6 +33,7 @@
 #include <fstream>
 #include <iostream>
 #include <map>
+#include <random>
 #include <sstream>
 #include <string>
 #include <unordered_map>
@@ -106,7 +111,13 @@ struct Params {
   uint64_t dcqcn_rate_increase_ns = 300000, dcqcn_byte_counter_bytes = 0, dcqcn_f = 1;
   uint64_t dcqcn_ai_bps_per_25g = 5000000, dcqcn_hai_bps_per_25g = 50000000, dcqcn_min_rate_bps = 1000000000;
   uint64_t cnp_interval_ns = 50000;
+  uint64_t rng_seed = 1;                 // ECN marking draws (a run is reproducible)
+  uint64_t ecn_trace = 0;                // 1: ecn.csv, every ECT frame's dequeue (validation only)
 };
+
+// The congestion machinery is on when any of its switches is: switches then hold their own egress
+// queues (so that they can pause and mark), and the outputs gain pfc.csv, rates.csv and cnp.csv.
+static bool CcMode();
 
 // ---- model --------------------------------------------------------------------------------
 struct Entry { int priority; uint32_t dst, mask; uint32_t uval, umask; int out_port; };
@@ -125,7 +136,21 @@ struct PortInfo {
   double tokens_ns = 0;
   int64_t tokens_at = 0;
   bool wake_pending = false;
+  // congestion mode: a switch port's egress FIFO (frame, the switch port it came in on), its
+  // serialiser, the PAUSE state imposed on it by its peer, and its counters
+  int peer = -1;
+  std::deque<std::pair<Ptr<Packet>, int>> egq;
+  uint64_t egq_bytes = 0;
+  bool tx_busy = false, paused = false;
+  int64_t paused_at = 0;
+  uint64_t paused_ns = 0, pauses_rx = 0, marks = 0, cnps_rx = 0, cnps_tx = 0, headroom_drops = 0;
+  // as an ingress port of a switch (HPCC's SwitchMmu, testbed/congestion/mmu.py): reserve + shared
+  // bytes, headroom bytes in use, its headroom, whether it has paused its peer
+  uint64_t in_bytes = 0, hdrm_used = 0, headroom = 0, max_ingress_bytes = 0;
+  bool pause_sent = false;
 };
+
+struct Mmu { int64_t shared_used = 0, hdrm_total = 0, reserve_total = 0; };  // one switch's buffer
 
 struct Msg {
   int id; uint64_t due_ns, size_bytes, n_packets = 0, first_psn = 0;
@@ -142,6 +167,7 @@ struct Nic {  // one GPU port: a line-rate pacer shared by its ACKs (first) and 
   std::vector<QP*> requesters;
   size_t rr = 0;
   bool busy = false;
+  int64_t wake_at = -1;  // DCQCN: a wake-up is scheduled for when the earliest rate-held QP may send
 };
 
 struct QP {
@@ -160,6 +186,13 @@ struct QP {
   bool nak_outstanding = false;
   std::deque<Msg*> rx_msgs;  // messages in PSN order, for the responder's assembly
   uint64_t resp_naks = 0, duplicates = 0;
+  int64_t last_cnp_tx = -1;  // responder: when it last sent a CNP
+  // DCQCN reaction point (traffic/dcqcn.py, event for event): rates in bit/s
+  double rc = 0, rt = 0, alpha = 1.0;
+  uint64_t t_stage = 0, bc_stage = 0, bytes_since_increase = 0;
+  int64_t last_cut = -1, alpha_t0 = -1, alpha_ticks = 0, next_ok_ns = 0;
+  bool cnp_flag = false;
+  uint64_t inc_gen = 0;
 };
 
 static Params P;
@@ -176,6 +209,10 @@ static std::vector<QP> qps;
 static std::vector<Msg> msgs;
 static std::map<Ptr<NetDevice>, int> port_of_dev;
 static uint64_t completed = 0, unroutable = 0, forwards = 0;
+static std::map<int, Mmu> mmus;                                     // switch node -> its buffer
+static std::mt19937_64 rng;
+static std::ofstream pfc_out, rates_out, cnp_out, ecn_out;
+static bool CcMode() { return P.pfc_enabled || P.ecn_enabled || P.cc; }
 
 static int64_t NowNs() { return Simulator::Now().GetNanoSeconds(); }
 
@@ -192,7 +229,7 @@ static Ptr<Packet> MakeFrame(const ZHeader& h, uint64_t frame_bytes) {
   return p;
 }
 
-static void Forward(int node, Ptr<Packet> p, ZHeader h);
+static void Forward(int node, int in_port, Ptr<Packet> p, ZHeader h);
 static void TryTransmit(int port_id);
 
 static double FrameNs(const PortInfo& pi, uint64_t wire_bytes) { return wire_bytes * 8.0 * 1e9 / pi.rate_bps; }
@@ -257,18 +294,231 @@ static int Lookup(int node, uint32_t dst, uint16_t sport) {
   return out;
 }
 
-static void Forward(int node, Ptr<Packet> p, ZHeader h) {
+// ---- congestion mode: the switch buffer, PFC and ECN ------------------------------------------
+// One lossless priority. The buffer is HPCC's SwitchMmu (testbed/congestion/mmu.py is the same
+// model in Python, checked against this one by tests/unit/test_packet_engine_cc.py).
+static uint64_t WireBytes(Ptr<const Packet> p) { return p->GetSize() + PPP_HEADER_BYTES; }
+static uint64_t LinkDelayNs() { return P.hop_delay_ns + P.link_delay_ns; }
+static uint64_t Per25g(uint64_t v, uint64_t rate_bps) {
+  return uint64_t((unsigned __int128)v * rate_bps / 25000000000ULL);
+}
+
+static int64_t Xoff(int node) {
+  const Mmu& m = mmus[node];
+  int64_t free_bytes = int64_t(P.buffer_bytes) - m.hdrm_total - m.reserve_total - m.shared_used;
+  return std::max<int64_t>(0, free_bytes) / int64_t(P.pfc_alpha_inv);
+}
+static int64_t PortShared(const PortInfo& pi) { return std::max<int64_t>(0, int64_t(pi.in_bytes) - int64_t(P.pfc_reserve_bytes)); }
+
+static void EgressKick(int port_id);
+
+static void ApplyPause(int port_id, bool on) {  // a PAUSE or RESUME reaches the upstream port
+  PortInfo& pi = ports[port_id];
+  if (on) {
+    if (pi.paused) return;
+    pi.paused = true; pi.paused_at = NowNs(); pi.pauses_rx++;
+    return;
+  }
+  if (!pi.paused) return;
+  pi.paused = false;
+  pi.paused_ns += NowNs() - pi.paused_at;
+  if (node_is_switch[pi.node]) EgressKick(port_id);
+  else TryTransmit(port_id);
+}
+
+static void SendPfc(int in_port, bool pause) {  // the ingress port tells its peer to stop or go on
+  PortInfo& pi = ports[in_port];
+  pi.pause_sent = pause;
+  pfc_out << NowNs() << "," << pi.name << "," << ports[pi.peer].name << "," << (pause ? 1 : 0) << "\n";
+  Simulator::Schedule(NanoSeconds(LinkDelayNs()), &ApplyPause, pi.peer, pause);
+}
+
+static void CheckPause(int in_port) {
+  PortInfo& pi = ports[in_port];
+  if (!pi.pause_sent && (pi.hdrm_used > 0 || PortShared(pi) >= Xoff(pi.node))) SendPfc(in_port, true);
+}
+
+static void CheckResume(int in_port) {
+  PortInfo& pi = ports[in_port];
+  if (!pi.pause_sent || pi.hdrm_used > 0) return;
+  int64_t shared = PortShared(pi);
+  if (shared == 0 || shared + int64_t(P.pfc_resume_offset_bytes) <= Xoff(pi.node)) SendPfc(in_port, false);
+}
+
+static bool MmuAdmit(int in_port, uint64_t size) {  // account a frame at ingress; false: dropped
+  PortInfo& pi = ports[in_port];
+  Mmu& m = mmus[pi.node];
+  int64_t xoff = Xoff(pi.node);
+  if (pi.hdrm_used + size > pi.headroom && PortShared(pi) + int64_t(size) > xoff) return false;
+  uint64_t now_bytes = pi.in_bytes + size;
+  if (now_bytes <= P.pfc_reserve_bytes) pi.in_bytes = now_bytes;
+  else if (int64_t(now_bytes - P.pfc_reserve_bytes) > xoff) pi.hdrm_used += size;
+  else {
+    pi.in_bytes = now_bytes;
+    m.shared_used += std::min<int64_t>(size, now_bytes - P.pfc_reserve_bytes);
+  }
+  pi.max_ingress_bytes = std::max(pi.max_ingress_bytes, pi.in_bytes + pi.hdrm_used);
+  return true;
+}
+
+static void MmuRelease(int in_port, uint64_t size) {  // a frame that came in here left the switch
+  PortInfo& pi = ports[in_port];
+  uint64_t from_hdrm = std::min(pi.hdrm_used, size);
+  int64_t from_shared = std::min<int64_t>(int64_t(size - from_hdrm), PortShared(pi));
+  pi.hdrm_used -= from_hdrm;
+  pi.in_bytes -= size - from_hdrm;
+  mmus[pi.node].shared_used -= from_shared;
+}
+
+static void EgressDone(int port_id) { ports[port_id].tx_busy = false; EgressKick(port_id); }
+
+static void EgressKick(int port_id) {  // start the next frame unless busy, paused or empty
+  PortInfo& pi = ports[port_id];
+  if (pi.tx_busy || pi.paused || pi.egq.empty()) return;
+  auto [p, in_port] = pi.egq.front();
+  pi.egq.pop_front();
+  uint64_t wire = WireBytes(p);
+  pi.egq_bytes -= wire;
+  if (P.ecn_enabled) {  // RED on dequeue, on the bytes left in this egress queue (HPCC's SwitchNode)
+    ZHeader h;
+    p->PeekHeader(h);
+    if (h.ecn == ECT0) {
+      uint64_t kmin = Per25g(P.ecn_kmin_bytes_per_25g, pi.rate_bps), kmax = Per25g(P.ecn_kmax_bytes_per_25g, pi.rate_bps);
+      double prob = pi.egq_bytes > kmax ? 1.0
+                    : pi.egq_bytes > kmin ? P.ecn_pmax_ppm / 1e6 * double(pi.egq_bytes - kmin) / double(kmax - kmin)
+                                          : 0.0;
+      bool mark = prob > 0 && std::uniform_real_distribution<double>(0.0, 1.0)(rng) < prob;
+      if (mark) {
+        p->RemoveHeader(h);
+        h.ecn = CE;
+        p->AddHeader(h);
+        pi.marks++;
+      }
+      if (P.ecn_trace) ecn_out << NowNs() << "," << pi.name << "," << pi.egq_bytes << "," << int(mark) << "\n";
+    }
+  }
+  if (P.pfc_enabled) { MmuRelease(in_port, wire); CheckResume(in_port); }
+  pi.tx_busy = true;
+  pi.dev->Send(p, pi.dev->GetBroadcast(), 0x0800);
+  Simulator::Schedule(NanoSeconds(int64_t(std::ceil(FrameNs(pi, wire)))), &EgressDone, port_id);
+}
+
+static void EgressEnqueue(int out, Ptr<Packet> p, int in_port) {
+  PortInfo& po = ports[out];
+  po.egq.push_back({p, in_port});
+  po.egq_bytes += WireBytes(p);
+  if (po.egq_bytes > po.max_backlog_bytes) po.max_backlog_bytes = po.egq_bytes;
+  if (po.egq.size() > po.max_qlen_pkts) po.max_qlen_pkts = po.egq.size();
+  EgressKick(out);
+}
+
+static void Forward(int node, int in_port, Ptr<Packet> p, ZHeader h) {
   int out = Lookup(node, h.dst_ip, h.sport);
   if (out < 0) { unroutable++; return; }
   forwards++;
   p->RemoveHeader(h);
   h.hops++;
   p->AddHeader(h);
-  SendOn(out, p);  // a full queue drops here (counted by the device's MacTxDrop trace)
+  if (!CcMode()) { SendOn(out, p); return; }  // a full queue drops here (the device's MacTxDrop trace)
+  uint64_t wire = WireBytes(p);
+  if (P.pfc_enabled) {  // lossless: the buffer admits it or its headroom is exhausted
+    if (!MmuAdmit(in_port, wire)) { ports[in_port].headroom_drops++; return; }
+    CheckPause(in_port);
+  } else if (ports[out].egq.size() >= ports[out].queue_pkts) {  // lossy: today's drop-tail
+    ports[out].drops++;
+    return;
+  }
+  if (P.switch_latency_ns) Simulator::Schedule(NanoSeconds(P.switch_latency_ns), &EgressEnqueue, out, p, in_port);
+  else EgressEnqueue(out, p, in_port);
 }
 
 // ---- endpoints ------------------------------------------------------------------------------
-static bool HasData(const QP& q) { return q.tail > q.next_psn && q.next_psn - q.una < P.window_pkts; }
+static bool HasData(const QP& q) {
+  if (q.tail <= q.next_psn) return false;
+  uint64_t in_flight = q.next_psn - q.una;
+  if (P.window_bytes) return in_flight * P.payload_per_packet < P.window_bytes;  // real bytes of payload
+  return P.window_pkts == 0 || in_flight < P.window_pkts;                        // 0: no window
+}
+
+// ---- DCQCN reaction point: traffic/dcqcn.py, event for event ----------------------------------
+// Timers: the alpha timer ticks every dcqcn_alpha_update_ns from the QP's first CNP (evaluated
+// lazily: ticks at or before an event are applied before it); the rate-increase timer fires
+// dcqcn_rate_increase_ns after each cut and then periodically, until the rate is back at line rate.
+static double LineBps(const QP& q) { return double(ports[q.src_port].rate_bps); }
+
+static void LogRate(const QP& q) { rates_out << NowNs() << "," << q.id << "," << std::llround(q.rc) << "\n"; }
+
+static void AlphaCatchUp(QP& q, int64_t t) {
+  if (q.alpha_t0 < 0) return;
+  int64_t k = (t - q.alpha_t0) / int64_t(P.dcqcn_alpha_update_ns);
+  int64_t n = k - q.alpha_ticks;
+  if (n <= 0) return;
+  if (q.cnp_flag) { q.cnp_flag = false; n--; }
+  q.alpha *= std::pow(1.0 - 1.0 / double(P.dcqcn_g_inv), double(n));
+  q.alpha_ticks = k;
+}
+
+static void Increase(QP& q) {
+  double line = LineBps(q);
+  uint64_t f = P.dcqcn_f;
+  double ai = P.dcqcn_ai_bps_per_25g * line / 25e9, hai = P.dcqcn_hai_bps_per_25g * line / 25e9;
+  if (!P.dcqcn_byte_counter_bytes) {  // timer only, HPCC's rule on the stage before this event
+    uint64_t stage = q.t_stage - 1;
+    if (stage > f) q.rt = std::min(line, q.rt + hai);
+    else if (stage == f) q.rt = std::min(line, q.rt + ai);
+  } else if (std::max(q.t_stage, q.bc_stage) < f) {
+  } else if (std::min(q.t_stage, q.bc_stage) < f) {
+    q.rt = std::min(line, q.rt + ai);
+  } else {
+    q.rt = std::min(line, q.rt + hai);
+  }
+  q.rc = std::min(line, (q.rt + q.rc) / 2);
+  LogRate(q);
+}
+
+static void OnIncreaseTimer(int qid, uint64_t gen) {
+  QP& q = qps[qid];
+  if (gen != q.inc_gen) return;  // a later cut restarted the timer
+  AlphaCatchUp(q, NowNs());
+  q.t_stage++;
+  Increase(q);
+  TryTransmit(q.src_port);
+  if (q.rc < LineBps(q) || q.rt < LineBps(q))
+    Simulator::Schedule(NanoSeconds(P.dcqcn_rate_increase_ns), &OnIncreaseTimer, qid, gen);
+}
+
+static void OnCnp(QP& q) {
+  ports[q.src_port].cnps_rx++;
+  cnp_out << NowNs() << "," << q.id << "\n";
+  if (P.cc != 1) return;
+  int64_t now = NowNs();
+  AlphaCatchUp(q, now);
+  if (q.alpha_t0 < 0) q.alpha_t0 = now;
+  q.cnp_flag = true;
+  if (q.last_cut >= 0 && now - q.last_cut < int64_t(P.dcqcn_rate_decrease_ns)) return;
+  q.last_cut = now;
+  q.rt = q.rc;
+  q.rc = std::max(double(P.dcqcn_min_rate_bps), q.rc * (1 - q.alpha / 2));
+  q.alpha = (1 - 1.0 / double(P.dcqcn_g_inv)) * q.alpha + 1.0 / double(P.dcqcn_g_inv);
+  q.t_stage = q.bc_stage = 0;
+  q.bytes_since_increase = 0;
+  LogRate(q);
+  q.inc_gen++;
+  Simulator::Schedule(NanoSeconds(P.dcqcn_rate_increase_ns), &OnIncreaseTimer, q.id, q.inc_gen);
+}
+
+static void OnBytesSent(QP& q, uint64_t bytes) {  // the rate limiter and the byte counter
+  if (P.cc != 1) return;
+  q.next_ok_ns = NowNs() + int64_t(std::ceil(double(bytes) * 8e9 / q.rc));
+  if (!P.dcqcn_byte_counter_bytes) return;
+  q.bytes_since_increase += bytes;
+  while (q.bytes_since_increase >= P.dcqcn_byte_counter_bytes) {
+    q.bytes_since_increase -= P.dcqcn_byte_counter_bytes;
+    AlphaCatchUp(q, NowNs());
+    q.bc_stage++;
+    Increase(q);
+  }
+}
 
 static Msg* Locate(QP& q, uint64_t psn, uint64_t& k) {
   for (Msg* m : q.pending) {
@@ -288,17 +538,26 @@ static Ptr<Packet> NextData(QP& q, uint64_t& frame_bytes) {
   ZHeader h;
   h.src_ip = ports[q.src_port].ip; h.dst_ip = ports[q.dst_port].ip; h.qp = q.id; h.sport = q.sport;
   h.op = DATA; h.ackreq = ackreq; h.psn = psn;
+  if (P.ecn_enabled) h.ecn = ECT0;
   frame_bytes = FrameBytes(*m, k);
   if (psn < q.high) { q.retransmits++; q.rtt_probe.erase(psn); }
   else { q.high = psn + 1; if (ackreq) q.rtt_probe[psn] = NowNs(); }
   if (m->t_first_tx < 0) m->t_first_tx = NowNs();
   q.next_psn = psn + 1;
   q.packets++;
+  OnBytesSent(q, frame_bytes);
   ArmTimer(q);
   return MakeFrame(h, frame_bytes);
 }
 
 static void TxDone(int port_id) { nics[port_id].busy = false; TryTransmit(port_id); }
+
+static void NicWake(int port_id) {
+  Nic& n = nics[port_id];
+  if (n.wake_at != NowNs()) return;  // superseded by an earlier wake-up
+  n.wake_at = -1;
+  TryTransmit(port_id);
+}
 
 static Ptr<Packet> NextFrame(Nic& n, uint64_t& bytes) {  // ACKs first, then the QPs round robin
   Ptr<Packet> p;
@@ -307,11 +566,20 @@ static Ptr<Packet> NextFrame(Nic& n, uint64_t& bytes) {  // ACKs first, then the
     return p;
   }
   size_t cnt = n.requesters.size();
+  int64_t now = NowNs(), soonest = -1;
   for (size_t i = 0; i < cnt && !p; i++) {
     QP* q = n.requesters[(n.rr + i) % cnt];
     if (!HasData(*q)) continue;
+    if (q->next_ok_ns > now) {  // held by its DCQCN rate
+      if (soonest < 0 || q->next_ok_ns < soonest) soonest = q->next_ok_ns;
+      continue;
+    }
     p = NextData(*q, bytes);
     if (p) n.rr = (n.rr + i + 1) % cnt;
+  }
+  if (!p && soonest >= 0 && (n.wake_at < 0 || soonest < n.wake_at)) {
+    n.wake_at = soonest;
+    Simulator::Schedule(NanoSeconds(soonest - now), &NicWake, int(n.port->id));
   }
   return p;
 }
@@ -324,7 +592,7 @@ static void TryTransmit(int port_id) {
     for (Ptr<Packet> p = NextFrame(n, bytes); p; p = NextFrame(n, bytes)) SendOn(port_id, p);
     return;
   }
-  if (n.busy) return;
+  if (n.busy || ports[port_id].paused) return;  // paused: its switch sent PFC PAUSE
   Ptr<Packet> p = NextFrame(n, bytes);
   if (!p) return;
   SendOn(port_id, p);
@@ -410,6 +678,11 @@ static void SendCtrl(QP& q, Op op, uint64_t psn) {
 }
 
 static void OnData(QP& q, const ZHeader& h, uint64_t frame_bytes) {
+  if (h.ecn == CE && (q.last_cnp_tx < 0 || NowNs() - q.last_cnp_tx >= int64_t(P.cnp_interval_ns))) {
+    q.last_cnp_tx = NowNs();  // the notification point: at most one CNP per QP per interval
+    ports[q.dst_port].cnps_tx++;
+    SendCtrl(q, CNP, 0);
+  }
   if (h.psn < q.epsn) { q.duplicates++; SendCtrl(q, ACK, q.epsn - 1); return; }
   if (h.psn > q.epsn) {
     if (!q.nak_outstanding) { q.nak_outstanding = true; q.resp_naks++; SendCtrl(q, NAK, q.epsn); }
@@ -438,9 +711,10 @@ static bool Receive(Ptr<NetDevice> dev, Ptr<const Packet> pkt, uint16_t, const A
   Ptr<Packet> p = pkt->Copy();
   ZHeader h;
   p->PeekHeader(h);
-  if (node_is_switch[node]) { Forward(node, p, h); return true; }
+  if (node_is_switch[node]) { Forward(node, port_id, p, h); return true; }
   QP& q = qps[h.qp];
   if (h.op == DATA) OnData(q, h, p->GetSize() + PPP_HEADER_BYTES);
+  else if (h.op == CNP) OnCnp(q);
   else OnAck(q, h);
   return true;
 }
@@ -465,6 +739,10 @@ static void Sample() {
   n_samples++;
   for (PortInfo& pi : ports) {
     if (!node_is_switch[pi.node] || !pi.dev) continue;
+    if (CcMode()) {
+      if (!pi.egq.empty()) samples_out << NowNs() << "," << pi.name << "," << pi.egq_bytes << "," << pi.egq.size() << "\n";
+      continue;
+    }
     if (P.link_model) {
       if (!pi.shq.empty()) samples_out << NowNs() << "," << pi.name << "," << pi.shq_bytes << "," << pi.shq.size() << "\n";
       continue;
@@ -483,7 +761,7 @@ static void OnPhyTx(int port_id, Ptr<const Packet> p) {
 static void OnDrop(int port_id, Ptr<const Packet>) { ports[port_id].drops++; }
 static void OnQueueBytes(int port_id, uint32_t, uint32_t now) {
   PortInfo& pi = ports[port_id];
-  if (P.link_model) return;  // the shaper's queue is the port's queue (NoteBacklog)
+  if (P.link_model || CcMode()) return;  // the program's own queue is the port's queue
   uint32_t pk = pi.dev->GetQueue()->GetNPackets();
   uint64_t b = now + uint64_t(pk) * PPP_HEADER_BYTES;
   if (b > pi.max_backlog_bytes) pi.max_backlog_bytes = b;
@@ -514,7 +792,8 @@ static void SetParam(const std::string& k, uint64_t v) {
       {"dcqcn_rate_decrease_ns", &P.dcqcn_rate_decrease_ns}, {"dcqcn_rate_increase_ns", &P.dcqcn_rate_increase_ns},
       {"dcqcn_byte_counter_bytes", &P.dcqcn_byte_counter_bytes}, {"dcqcn_f", &P.dcqcn_f},
       {"dcqcn_ai_bps_per_25g", &P.dcqcn_ai_bps_per_25g}, {"dcqcn_hai_bps_per_25g", &P.dcqcn_hai_bps_per_25g},
-      {"dcqcn_min_rate_bps", &P.dcqcn_min_rate_bps}, {"cnp_interval_ns", &P.cnp_interval_ns}};
+      {"dcqcn_min_rate_bps", &P.dcqcn_min_rate_bps}, {"cnp_interval_ns", &P.cnp_interval_ns},
+      {"rng_seed", &P.rng_seed}, {"ecn_trace", &P.ecn_trace}};
   auto it = known.find(k);
   if (it == known.end()) Fail("unknown param " + k);
   *it->second = v;
@@ -566,6 +845,11 @@ int main(int argc, char** argv) {
   if (msgs.empty()) Fail("no messages to replay");
   if (P.link_model > 1) Fail("link_model must be 0 (serialiser) or 1 (token bucket)");
   if (P.link_model && !P.bucket_bytes) Fail("link_model 1 needs bucket_bytes");
+  if (CcMode() && P.link_model) Fail("the congestion machinery (ecn, pfc, cc) needs link_model 0 (real-scale serialising links)");
+  if (P.cc > 1) Fail("cc must be 0 (none) or 1 (dcqcn)");
+  if (P.ecn_kmin_bytes_per_25g > P.ecn_kmax_bytes_per_25g || P.ecn_pmax_ppm > 1000000) Fail("ECN needs kmin <= kmax and pmax_ppm <= 1000000");
+  if (!P.pfc_alpha_inv || !P.dcqcn_g_inv || !P.dcqcn_alpha_update_ns || !P.dcqcn_rate_increase_ns) Fail("pfc_alpha_inv, dcqcn_g_inv and the DCQCN timers must be > 0");
+  rng.seed(P.rng_seed);
 
   for (auto [a, b] : links) {
     PortInfo &pa = ports.at(a), &pb = ports.at(b);
@@ -573,10 +857,11 @@ int main(int argc, char** argv) {
     PointToPointHelper h;
     // link model 1: the wire does not serialise (1000x the line rate); the shaper ahead of it does
     h.SetDeviceAttribute("DataRate", DataRateValue(DataRate(pa.rate_bps * (P.link_model ? 1000 : 1))));
-    h.SetChannelAttribute("Delay", TimeValue(NanoSeconds(P.hop_delay_ns)));
+    h.SetChannelAttribute("Delay", TimeValue(NanoSeconds(P.hop_delay_ns + P.link_delay_ns)));
     NetDeviceContainer d = h.Install(nodes[pa.node], nodes[pb.node]);
     pa.dev = DynamicCast<PointToPointNetDevice>(d.Get(0));
     pb.dev = DynamicCast<PointToPointNetDevice>(d.Get(1));
+    pa.peer = pb.id; pb.peer = pa.id;
     for (PortInfo* pi : {&pa, &pb}) {
       pi->dev->GetQueue()->SetMaxSize(QueueSize(QueueSizeUnit::PACKETS, P.link_model ? 100000 : pi->queue_pkts));
       pi->tokens_ns = FrameNs(*pi, P.bucket_bytes);  // link model 1: the bucket starts full
@@ -587,6 +872,17 @@ int main(int argc, char** argv) {
       pi->dev->GetQueue()->TraceConnectWithoutContext("BytesInQueue", MakeBoundCallback(&OnQueueBytes, pi->id));
     }
   }
+  if (P.pfc_enabled) {  // every linked switch port: its headroom (factor x rate x delay) and reserve
+    for (PortInfo& pi : ports) {
+      if (!pi.dev || !node_is_switch[pi.node]) continue;
+      uint64_t bdp = uint64_t((unsigned __int128)pi.rate_bps * LinkDelayNs() / 8 / 1000000000ULL);
+      pi.headroom = bdp * P.pfc_headroom_factor;
+      mmus[pi.node].hdrm_total += pi.headroom;
+      mmus[pi.node].reserve_total += P.pfc_reserve_bytes;
+    }
+    for (auto& [node, m] : mmus)
+      if (Xoff(node) <= 0) Fail("switch " + node_name[node] + ": headroom and reserve leave no shared buffer (XOFF 0)");
+  }
   for (QP& q : qps) {
     if (!ports.at(q.src_port).dev || !ports.at(q.dst_port).dev) Fail("qp " + std::to_string(q.id) + " uses an unlinked port");
     // the agent's floor: max(rto_floor, draining four full windows at line rate)
@@ -596,17 +892,33 @@ int main(int argc, char** argv) {
     nics[q.src_port].port = &ports[q.src_port];
     nics[q.dst_port].port = &ports[q.dst_port];
     nics[q.src_port].requesters.push_back(&q);
+    q.rc = q.rt = double(ports[q.src_port].rate_bps);
   }
   for (auto [qid, mid] : posts) Simulator::Schedule(NanoSeconds(msgs[mid].due_ns), &Post, qid, mid);
   std::string out = argv[2];
   samples_out.open(out + "/queue_samples.csv");
   samples_out << "t_ns,port,backlog_bytes,qlen_pkts\n";
+  if (CcMode()) {
+    pfc_out.open(out + "/pfc.csv");
+    pfc_out << "t_ns,port,peer_port,event\n";
+    rates_out.open(out + "/rates.csv");
+    rates_out << "t_ns,qp,rate_bps\n";
+    cnp_out.open(out + "/cnp.csv");
+    cnp_out << "t_ns,qp\n";
+  }
+  if (P.ecn_trace) {
+    ecn_out.open(out + "/ecn.csv");
+    ecn_out << "t_ns,port,queue_bytes,marked\n";
+  }
   Simulator::Schedule(NanoSeconds(0), &Sample);
   if (P.deadline_ns) Simulator::Stop(NanoSeconds(P.deadline_ns));
   Simulator::Run();
   int64_t end_ns = NowNs();
+  for (PortInfo& pi : ports)
+    if (pi.paused) pi.paused_ns += end_ns - pi.paused_at;  // still paused at the end
   Simulator::Destroy();
   samples_out.close();
+  pfc_out.close(); rates_out.close(); cnp_out.close(); ecn_out.close();
   double wall_s = std::chrono::duration<double>(std::chrono::steady_clock::now() - wall0).count();
 
   std::ofstream mo(out + "/messages.csv");
@@ -621,10 +933,18 @@ int main(int argc, char** argv) {
        << m.got_bytes << "," << m.hops << "," << q.retransmits << "," << q.timeouts << "," << q.naks << "\n";
   }
   std::ofstream po(out + "/ports.csv");
-  po << "port,tx_frames,tx_bytes,drops,max_qlen_pkts,max_backlog_bytes\n";
-  for (PortInfo& pi : ports)
-    if (pi.dev) po << pi.name << "," << pi.tx_frames << "," << pi.tx_bytes << "," << pi.drops << ","
-                   << pi.max_qlen_pkts << "," << pi.max_backlog_bytes << "\n";
+  po << "port,tx_frames,tx_bytes,drops,max_qlen_pkts,max_backlog_bytes";
+  if (CcMode()) po << ",marks,cnps_rx,cnps_tx,pauses_rx,paused_ns,headroom_drops,max_ingress_bytes,headroom_bytes";
+  po << "\n";
+  for (PortInfo& pi : ports) {
+    if (!pi.dev) continue;
+    po << pi.name << "," << pi.tx_frames << "," << pi.tx_bytes << "," << pi.drops << "," << pi.max_qlen_pkts << ","
+       << pi.max_backlog_bytes;
+    if (CcMode())
+      po << "," << pi.marks << "," << pi.cnps_rx << "," << pi.cnps_tx << "," << pi.pauses_rx << "," << pi.paused_ns
+         << "," << pi.headroom_drops << "," << pi.max_ingress_bytes << "," << pi.headroom;
+    po << "\n";
+  }
   std::ofstream so(out + "/summary.txt");
   so << "ns3_version 3.37\nmessages " << msgs.size() << "\ncompleted " << completed << "\nend_ns " << end_ns
      << "\nwall_s " << wall_s << "\nswitch_forwards " << forwards << "\nunroutable " << unroutable

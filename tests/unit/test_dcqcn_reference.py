@@ -46,24 +46,29 @@ def test_fast_recovery_halves_the_gap_to_the_target_each_stage():
     assert seen == [75, 87.5, 93.75, 96.875] and d.rt == 100 * G
 
 
-def test_additive_then_hyper_increase_with_a_lower_line_rate_cap():
-    """Line rate 100: after a cut to 50 and two more cuts (alpha ~1): Rc 12.5, Rt 25. Timer
-    stages 1-4: fast recovery to 23.4375; stage 5 (T = F, BC = 0): additive, Rt = 25 + AI
-    (AI = 5 Mb/s x 100/25 = 20 Mb/s) = 25.02, Rc = (25.02 + 23.4375)/2."""
+def test_timer_only_stages_fast_additive_hyper():
+    """Line rate 100, no byte counter (HPCC's way): after a cut to 50 and two more cuts (alpha ~1):
+    Rc 12.5, Rt 25. The timer's stage before each event decides: stages 0-4 (< F = 5) fast
+    recovery, five halvings of the gap; stage 5 (= F): additive, Rt = 25 + AI (AI = 5 Mb/s x 100/25
+    = 20 Mb/s); stage 6 (> F): hyper, Rt += HAI (50 Mb/s x 4 = 200 Mb/s)."""
     d = Dcqcn(P)
     for t in (0, 4_000, 8_000):
         d.on_cnp(t)
     assert d.rc == pytest.approx(12.5 * G, rel=1e-3) and d.rt == pytest.approx(25 * G, rel=1e-3)
     rc0, rt0 = d.rc, d.rt
-    for k in range(1, 5):
+    for k in range(1, 6):
         d.on_increase_timer(k)
     expect = rc0
-    for _ in range(4):
+    for _ in range(5):
         expect = (rt0 + expect) / 2
-    assert d.rc == pytest.approx(expect)
-    d.on_increase_timer(5)
+    assert d.rc == pytest.approx(expect) and d.rt == rt0
+    d.on_increase_timer(6)
     assert d.rt == pytest.approx(rt0 + 20e6)
     assert d.rc == pytest.approx((rt0 + 20e6 + expect) / 2)
+    rc1 = d.rc
+    d.on_increase_timer(7)
+    assert d.rt == pytest.approx(rt0 + 20e6 + 200e6)
+    assert d.rc == pytest.approx((rt0 + 220e6 + rc1) / 2)
 
 
 def test_hyper_increase_needs_both_counters_past_f():
