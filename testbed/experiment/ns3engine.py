@@ -21,8 +21,10 @@ import time
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
+from ..congestion import params as congestion
 from ..emulation import runfolder
 from ..errors import UserInputError
+from ..fabric import build_fabric
 from ..records import write_json
 from ..referee import binary, scenario, simulate
 from . import schedule
@@ -33,17 +35,39 @@ TRANSPORT_MODE = f"window {scenario.TRANSPORT['window_pkts']} packets, no conges
 ENGINES = ("emulation", "ns3")
 
 
+def congestion_on(spec: dict) -> bool:
+    """Whether the spec asks for anything of the `congestion:` section: an untouched section (every
+    field at its default) runs today's transport exactly, so earlier runs stay comparable."""
+    section = spec.get("congestion") or {}
+    return congestion.validate(section) != congestion.defaults()
+
+
+def switch_port_rates(spec: dict) -> dict[str, list[float]]:
+    """Every fabric's switches with the rates of their cabled ports (real bit/s), for the buffer check."""
+    rates: dict[str, list[float]] = {}
+    for label, fabric_spec in spec["fabrics"].items():
+        fab = build_fabric(fabric_spec)
+        for p in fab.ports:
+            link = int(fab.port_link[p.id])
+            if link >= 0 and fab.nodes[p.node].role == "switch":
+                rates.setdefault(f"{label} {fab.nodes[p.node].name}", []).append(float(fab.links[link].rate_bps))
+    return rates
+
+
 def extra_params(spec: dict) -> dict[str, int]:
-    """ns-3 program params added to every scenario beyond today's transport: THE hook where a
-    `congestion:` spec section's params (testbed/congestion/params.ns3_params) are appended.
-    Today: none (the spec has no such section yet)."""
-    return {}
+    """ns-3 program params added to every scenario beyond today's transport: the `congestion:`
+    section's (testbed/congestion/params.ns3_params) when it asks for anything, else none."""
+    if not congestion_on(spec):
+        return {}
+    return congestion.ns3_params(spec["congestion"])
 
 
 def transport_mode(spec: dict) -> str:
     """The transport ns-3 runs, for the report's setup line."""
-    extra = extra_params(spec)
-    return TRANSPORT_MODE + ("".join(f", {k} {v}" for k, v in sorted(extra.items())) if extra else "")
+    if not congestion_on(spec):
+        return TRANSPORT_MODE
+    c = congestion.validate(spec["congestion"])
+    return f"{congestion.describe(c)}; links {c['link_delay_ns']} ns, switch latency {c['switch_latency_ns']} ns"
 
 
 def with_params(text: str, params: dict[str, int]) -> str:
@@ -67,6 +91,8 @@ def refuse(spec: dict) -> None:
         )
     if spec["referee"]["scales"]:
         raise UserInputError("referee.scales replays an emulation run in ns-3; an engine ns3 run is ns-3 already")
+    if congestion_on(spec):  # every switch's buffer must leave PFC a shared pool
+        congestion.ns3_params(spec["congestion"], switch_port_rates(spec))
 
 
 def run_experiment(
@@ -94,6 +120,7 @@ def run_experiment(
             "run_id": run_id,
             "engine": "ns3",
             "transport": transport_mode(exp.spec),
+            "congestion": congestion_on(exp.spec),
             "status": "running",
             "git_sha": runfolder.git_sha(),
             "versions": runfolder.versions() | {"ns3": "3.37 (Debian libns3-dev)", "ns3_program": str(exe)},

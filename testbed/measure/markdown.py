@@ -4,6 +4,8 @@ its scale factors and what one frame stands for, and which published numbers are
 
 from __future__ import annotations
 
+from . import congestion
+
 # spec §5, production figures, and whether this run measures anything comparable
 PUBLISHED = [
     (
@@ -148,6 +150,7 @@ def markdown(run: dict, exp: dict, metrics: dict, plots: list[str]) -> str:
         draws(fabs),
         ttft_decomposed(fabs),
         every_repeat(fabs),
+        congestion.markdown(metrics["congestion"], list(fabs)) if "congestion" in metrics else [],
         fidelity_checks(exp["spec"]["measurement"], fabs),
         setup(exp, list(fabs), run),
         published(),
@@ -501,8 +504,8 @@ def _ns3_scale_lines(m: dict) -> list[str]:
     """ns-3 runs at real scale: nothing to convert, and a queue is real bytes."""
     return [
         "- scaling: none (ns-3 at real rates and sizes: rate_scale 1, size_scale 1, dilation 1)",
-        f"- queues: real bytes; XOFF {m['xoff_real_bytes']:,} bytes for the backlog episodes (no PFC in this "
-        f"transport); every switch egress queue sampled every {m['queue_sample_ms']} ms of simulated time; "
+        f"- queues: real bytes; XOFF {m['xoff_real_bytes']:,} bytes for the backlog episodes (the report's "
+        f"threshold; the congestion section's PFC, when on, uses its own buffer model); every switch egress queue sampled every {m['queue_sample_ms']} ms of simulated time; "
         "ns-3 counts sent bytes only per run, so no utilisation windows.",
     ]
 

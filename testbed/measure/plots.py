@@ -244,3 +244,25 @@ def failure_timeline(timelines: dict[str, dict], out: Path) -> str:
             for a in (ax, axq):
                 a.set_xlim(min(0.0, m["t_post_s"].min()) - 0.2, m["t_post_s"].max() + 1.0)
     return _save(fig, out, "failure_timeline.png")
+
+
+def pause_timeline(pauses: dict[str, pd.DataFrame], out: Path) -> str:
+    """Per fabric (repeat 0): every paused interval of every port a PAUSE held, one row per port
+    (upstream switch egress ports and GPU NIC ports), over the simulated time in ms. Input per
+    fabric: rows (port, t_start_ns, t_end_ns), from pfc.csv's PAUSE/RESUME pairs."""
+    plt = _plt()
+    labels = list(pauses)
+    fig, axes = plt.subplots(len(labels), 1, figsize=(10, 3.2 * len(labels)), squeeze=False)
+    for i, lab in enumerate(labels):
+        ax, p = axes[i, 0], pauses[lab]
+        names = sorted(p.port.unique()) if len(p) else []
+        row = {n: k for k, n in enumerate(names)}
+        for r in p.itertuples():
+            ax.plot([r.t_start_ns / 1e6, r.t_end_ns / 1e6], [row[r.port]] * 2, lw=4, color="C3", solid_capstyle="butt")
+        ax.set_yticks(range(len(names)))
+        ax.set_yticklabels(names, fontsize=6)
+        ax.set_xlabel("simulated time (ms)")
+        ax.set_title(f"{lab}: ports held by PFC PAUSE (repeat 0; {len(p)} paused intervals)", fontsize=9)
+        if not names:
+            ax.text(0.5, 0.5, "no port was paused", ha="center", va="center", transform=ax.transAxes)
+    return _save(fig, out, "pause_timeline.png")

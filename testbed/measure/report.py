@@ -13,7 +13,7 @@ import pandas as pd
 
 from ..errors import RuntimeFailure, UserInputError
 from ..records import read_json, write_json
-from . import draws, failures, markdown, plots
+from . import congestion, draws, failures, markdown, plots
 from .metrics import comparison, fabric_summary, repeat_metrics
 from .tables import FabricData
 
@@ -97,6 +97,13 @@ def build(root: Path) -> dict:
                     if fail_rows[lab]
                 },
                 root / "plots",
+            )
+        )
+    if run.get("congestion"):  # the packet engine ran PFC/ECN/DCQCN: what operators watch
+        metrics["congestion"] = congestion.summary(datas)
+        made.append(
+            plots.pause_timeline(
+                {lab: congestion.paused_intervals(reps[0]) for lab, reps in datas.items()}, root / "plots"
             )
         )
     write_json(root / "metrics.json", metrics, sort_keys=False)

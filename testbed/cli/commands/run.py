@@ -46,12 +46,16 @@ def _ns3_experiment(args):
             raise UserInputError("--retry-invalid reruns an emulation run's invalid fabrics; it takes no --engine ns3")
         return None
     spec = especs.load(args.spec, args.set)
+    from ...experiment import ns3engine
+
     if spec["engine"] != "ns3":
+        if ns3engine.congestion_on(spec):
+            raise UserInputError(
+                "congestion: the emulation does not run ECN, PFC or DCQCN yet; run the section with --engine ns3"
+            )
         return None
     if args.preset != "as-given" or args.precision is not None:
         raise UserInputError("engine ns3 runs at real scale: --preset and --precision are the emulation's")
-    from ...experiment import ns3engine
-
     ns3engine.refuse(spec)
     return resolve(spec)
 

@@ -1,0 +1,190 @@
+"""What operators of a lossless RoCE fabric watch, from an engine-ns3 run with the congestion
+machinery on: PFC pauses, paused time, ECN marks and CNPs, per port, per switch group and per
+fabric, with 95 % intervals over repeats.
+
+Why a module of its own: these signals exist only where the packet engine ran PFC/ECN/DCQCN
+(run.json "congestion": true); the emulation's report has none. It reads the program's raw
+outputs in raw/rep<k>/ns3/ (ports.csv with the congestion columns, pfc.csv, cnp.csv) and fails
+closed: a run that says the machinery was on but lacks one of them raises, it never reads as zero.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import numpy as np
+import pandas as pd
+
+from ..errors import RuntimeFailure
+from .stats import ci95
+
+COLUMNS = ("marks", "cnps_rx", "cnps_tx", "pauses_rx", "paused_ns", "headroom_drops", "max_ingress_bytes")
+
+
+class CongestionRecordsMissing(RuntimeFailure):
+    """The run ran the congestion machinery, but a repeat's records of it are missing or damaged."""
+
+
+def _read(path: Path, need: tuple[str, ...]) -> pd.DataFrame:
+    if not path.exists():
+        raise CongestionRecordsMissing(f"{path}: missing; the run ran the congestion machinery, so the result is void")
+    t = pd.read_csv(path)
+    lacking = [c for c in need if c not in t.columns]
+    if lacking:
+        raise CongestionRecordsMissing(f"{path}: no column {lacking[0]!r}; the result is void")
+    return t
+
+
+def port_table(fd) -> pd.DataFrame:
+    """One repeat's ports: the program's counters, the PAUSE frames each switch port sent, and
+    where the port sits (its node, group, tier; 'nic' for GPU ports)."""
+    d = Path(fd.raw) / "ns3"
+    ports = _read(d / "ports.csv", ("port", "drops", "max_backlog_bytes", *COLUMNS))
+    pfc = _read(d / "pfc.csv", ("t_ns", "port", "peer_port", "event"))
+    sent = pfc[pfc.event == 1].groupby("port").size()
+    fab = fd.fabric
+    by_name = {p.name: p for p in fab.ports}
+    unknown = sorted(set(ports.port) - set(by_name))
+    if unknown:
+        raise CongestionRecordsMissing(
+            f"{d / 'ports.csv'}: port {unknown[0]!r} is not in the fabric; the result is void"
+        )
+    node = [fab.nodes[by_name[n].node] for n in ports.port]
+    ports["node"] = [n.name for n in node]
+    ports["group"] = [n.group if n.role == "switch" else "nic" for n in node]
+    ports["pause_frames_sent"] = [int(sent.get(n, 0)) for n in ports.port]
+    return ports
+
+
+def paused_intervals(fd) -> pd.DataFrame:
+    """(port, t_start_ns, t_end_ns) of every pause of an upstream port: a PAUSE sent to it starts
+    one, the next RESUME ends it (an open one ends with the run). Sender-side times: the peer
+    holds one link delay later."""
+    pfc = _read(Path(fd.raw) / "ns3" / "pfc.csv", ("t_ns", "port", "peer_port", "event"))
+    rows, open_at = [], {}
+    for r in pfc.sort_values("t_ns", kind="stable").itertuples():
+        if r.event == 1:
+            open_at.setdefault(r.peer_port, int(r.t_ns))
+        elif r.peer_port in open_at:
+            rows.append((r.peer_port, open_at.pop(r.peer_port), int(r.t_ns)))
+    end = end_ns(fd)
+    rows += [(p, t, end) for p, t in open_at.items()]
+    return pd.DataFrame(rows, columns=["port", "t_start_ns", "t_end_ns"])
+
+
+def end_ns(fd) -> int:
+    for line in (Path(fd.raw) / "ns3" / "summary.txt").read_text().splitlines():
+        if line.startswith("end_ns "):
+            return int(line.split()[1])
+    raise CongestionRecordsMissing(f"{fd.raw}/ns3/summary.txt: no end_ns; the result is void")
+
+
+def repeat_summary(fd) -> dict:
+    """One repeat: totals, and per switch group the PAUSE frames its ports sent and the share of
+    time its ports (and the GPUs' NIC ports, 'nic') spent paused."""
+    t = port_table(fd)
+    dur = max(1, end_ns(fd))
+    groups = {}
+    for g, rows in t.groupby("group"):
+        groups[g] = {
+            "ports": int(len(rows)),
+            "pause_frames_sent": int(rows.pause_frames_sent.sum()),
+            "paused_fraction": float(rows.paused_ns.sum() / (len(rows) * dur)),
+            "marks": int(rows.marks.sum()),
+            "max_backlog_bytes": int(rows.max_backlog_bytes.max()),
+        }
+    return {
+        "repeat": fd.repeat,
+        "duration_ns": dur,
+        "pause_frames": int(t.pause_frames_sent.sum()),
+        "paused_port_s": float(t.paused_ns.sum() / 1e9),
+        "marks": int(t.marks.sum()),
+        "cnps": int(t.cnps_rx.sum()),
+        "drops": int(t.drops.sum() + t.headroom_drops.sum()),
+        "max_backlog_bytes": int(t.max_backlog_bytes.max()),
+        "groups": groups,
+    }
+
+
+def summary(datas: dict) -> dict:
+    """Per fabric: every repeat's summary and mean ± 95 % CI of its totals; per group likewise."""
+    out = {}
+    for label, reps in datas.items():
+        rows = [repeat_summary(fd) for fd in reps]
+        keys = ("pause_frames", "paused_port_s", "marks", "cnps", "drops", "max_backlog_bytes")
+        groups = sorted({g for r in rows for g in r["groups"]})
+        out[label] = {
+            "repeats": rows,
+            **{k: ci95([r[k] for r in rows]) for k in keys},
+            "groups": {
+                g: {
+                    k: ci95([r["groups"].get(g, {}).get(k, 0) for r in rows])
+                    for k in ("pause_frames_sent", "paused_fraction", "marks", "max_backlog_bytes")
+                }
+                for g in groups
+            },
+        }
+    return out
+
+
+def ratio_ci(a: list[float], b: list[float], seed: int = 0, draws: int = 4000) -> dict:
+    """mean(a) / mean(b) with a 95 % bootstrap interval over the independent repeats of each
+    (None where b's mean is 0: the ratio is not defined)."""
+    a, b = np.asarray(a, dtype=float), np.asarray(b, dtype=float)
+    if not a.size or not b.size or b.mean() == 0:
+        return {"ratio": None, "lo": None, "hi": None}
+    rng = np.random.default_rng(seed)
+    ra = a[rng.integers(0, a.size, (draws, a.size))].mean(axis=1)
+    rb = b[rng.integers(0, b.size, (draws, b.size))].mean(axis=1)
+    ok = rb > 0
+    r = ra[ok] / rb[ok]
+    return {"ratio": float(a.mean() / b.mean()), "lo": float(np.quantile(r, 0.025)), "hi": float(np.quantile(r, 0.975))}
+
+
+def markdown(cong: dict, labels: list[str]) -> list[str]:
+    """The report's section: totals per fabric, then per switch group."""
+    lines = [
+        "## Congestion (ns-3: PFC, ECN, DCQCN)",
+        "",
+        "Mean ± 95 % CI over repeats. A PAUSE frame is counted where a switch ingress port sends it; paused "
+        "time is the time a port (switch egress or GPU NIC) was held by its peer's PAUSE.",
+        "",
+        "| fabric | PAUSE frames | paused port-seconds | ECN marks | CNPs | drops | deepest queue (KB) |",
+        "|---|---|---|---|---|---|---|",
+    ]
+
+    def c(x: dict, scale: float = 1.0, fmt: str = "{:.0f}") -> str:
+        if x["mean"] is None:
+            return "—"
+        s = fmt.format(x["mean"] * scale)
+        return s + (f" ± {fmt.format(x['ci95'] * scale)}" if x["ci95"] is not None else "")
+
+    for lab in labels:
+        f = cong[lab]
+        lines.append(
+            f"| {lab} | {c(f['pause_frames'])} | {c(f['paused_port_s'], 1, '{:.4f}')} | {c(f['marks'])} | "
+            f"{c(f['cnps'])} | {c(f['drops'])} | {c(f['max_backlog_bytes'], 1e-3, '{:.1f}')} |"
+        )
+    lines += [
+        "",
+        "| fabric | group | ports | PAUSE frames sent | paused time (% of run) | ECN marks |",
+        "|---|---|---|---|---|---|",
+    ]
+    for lab in labels:
+        for g, v in cong[lab]["groups"].items():
+            ports = cong[lab]["repeats"][0]["groups"].get(g, {}).get("ports", 0)
+            lines.append(
+                f"| {lab} | {g} | {ports} | {c(v['pause_frames_sent'])} | {c(v['paused_fraction'], 100, '{:.3f}')} | "
+                f"{c(v['marks'])} |"
+            )
+    if len(labels) >= 2:
+        a, b = labels[0], labels[1]
+        r = ratio_ci([x["pause_frames"] for x in cong[a]["repeats"]], [x["pause_frames"] for x in cong[b]["repeats"]])
+        if r["ratio"] is None:
+            lines += ["", f"PAUSE frames {a}/{b}: not defined ({b} sent none)."]
+        else:
+            lines += [
+                "",
+                f"PAUSE frames {a}/{b}: {r['ratio']:.2f} (95 % bootstrap interval {r['lo']:.2f}–{r['hi']:.2f}).",
+            ]
+    return lines
