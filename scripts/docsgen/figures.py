@@ -114,6 +114,13 @@ FIGURES = {
             (PY, "scripts/bench/flowsim.py", "--sizes", "64,1024"),
         ),
         Figure(
+            "congestion-compare",
+            "ZCube against ROFT in ns-3 with lossless PFC, ECN and DCQCN: pauses, marks, KV completion",
+            (PY, "scripts/bench/congestion_compare.py", "--repeats", "5", "--requests", "40"),
+            heavy=True,
+            timeout_s=7200,
+        ),
+        Figure(
             "flowsim-simgrid",
             "the flow engine against SimGrid on the same schedule and routes, at 64 and 1,024 GPUs",
             (PY, "scripts/bench/flowsim_simgrid.py", "--sizes", "64,1024"),
