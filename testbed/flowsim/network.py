@@ -79,11 +79,16 @@ class FluidNetwork:
     def _drain_to(self, t_ns: float, finished: int | None = None) -> list[tuple[int, int]]:
         """Move the clock to t_ns, draining bytes; remove and return transfers that finished
         (`finished`: the one whose completion time t_ns is, done whatever float drift says)."""
-        if t_ns <= self.now_ns or not self._ids:
+        if not self._ids:
             self.now_ns = max(self.now_ns, t_ns)
             return []
-        self._left_bits -= self._rate * (t_ns - self.now_ns) / NS_PER_S
-        self.now_ns = t_ns
+        if t_ns > self.now_ns:
+            self._left_bits -= self._rate * (t_ns - self.now_ns) / NS_PER_S
+            self.now_ns = t_ns
+        elif finished is None:
+            return []
+        # else: a transfer so nearly done that its completion rounds to the clock itself (a few bits
+        # left at hundreds of Gb/s, far below a float's resolution of a clock in seconds): it is done
         # a transfer within a millionth of a bit (or of its own size) of done is done: float drift
         done = self._left_bits <= np.maximum(1e-6, 1e-12 * self._left_bits.max(initial=0))
         if finished is not None:
