@@ -57,19 +57,51 @@ def port_table(fd) -> pd.DataFrame:
 
 
 def paused_intervals(fd) -> pd.DataFrame:
-    """(port, t_start_ns, t_end_ns) of every pause of an upstream port: a PAUSE sent to it starts
-    one, the next RESUME ends it (an open one ends with the run). Sender-side times: the peer
-    holds one link delay later."""
+    """(port, t_start_ns, t_end_ns, by) of every pause of an upstream port: a PAUSE sent to it
+    starts one, the next RESUME ends it (an open one ends with the run); `by` is the switch ingress
+    port that sent it. Sender-side times: the peer holds one link delay later."""
     pfc = _read(Path(fd.raw) / "ns3" / "pfc.csv", ("t_ns", "port", "peer_port", "event"))
     rows, open_at = [], {}
     for r in pfc.sort_values("t_ns", kind="stable").itertuples():
         if r.event == 1:
-            open_at.setdefault(r.peer_port, int(r.t_ns))
+            open_at.setdefault(r.peer_port, (int(r.t_ns), r.port))
         elif r.peer_port in open_at:
-            rows.append((r.peer_port, open_at.pop(r.peer_port), int(r.t_ns)))
+            t0, by = open_at.pop(r.peer_port)
+            rows.append((r.peer_port, t0, int(r.t_ns), by))
     end = end_ns(fd)
-    rows += [(p, t, end) for p, t in open_at.items()]
-    return pd.DataFrame(rows, columns=["port", "t_start_ns", "t_end_ns"])
+    rows += [(p, t, end, by) for p, (t, by) in open_at.items()]
+    return pd.DataFrame(rows, columns=["port", "t_start_ns", "t_end_ns", "by"])
+
+
+def propagation_depth(fd) -> int:
+    """How many hops pauses travelled back from where congestion began, in the longest chain: a
+    pause a switch sent counts 1, plus the longest chain the switch it held was itself sending
+    while held (0 when nothing paused). Example: a leaf's egress to a GPU congests, the leaf pauses
+    a spine port (1), the spine, while held, pauses another leaf (2), which pauses GPUs (3)."""
+    iv = paused_intervals(fd)
+    if iv.empty:
+        return 0
+    node_of = {p.name: fd.fabric.nodes[p.node].name for p in fd.fabric.ports}
+    rows = list(iv.itertuples(index=False))
+    by_sender: dict[str, list[int]] = {}
+    for i, r in enumerate(rows):
+        by_sender.setdefault(node_of[r.by], []).append(i)
+    memo: dict[int, int] = {}
+
+    def depth(i: int, seen: frozenset) -> int:
+        if i in memo:
+            return memo[i]
+        r = rows[i]
+        held = node_of[r.port]  # the device whose port this pause held
+        best = 0
+        for j in by_sender.get(held, []):  # pauses that device sent while it was held
+            q = rows[j]
+            if j not in seen and q.t_start_ns < r.t_end_ns and r.t_start_ns < q.t_end_ns:
+                best = max(best, depth(j, seen | {i}))
+        memo[i] = 1 + best
+        return memo[i]
+
+    return max(depth(i, frozenset()) for i in range(len(rows)))
 
 
 def end_ns(fd) -> int:
@@ -96,6 +128,7 @@ def repeat_summary(fd) -> dict:
     return {
         "repeat": fd.repeat,
         "duration_ns": dur,
+        "pause_depth_hops": propagation_depth(fd),
         "pause_frames": int(t.pause_frames_sent.sum()),
         "paused_port_s": float(t.paused_ns.sum() / 1e9),
         "marks": int(t.marks.sum()),
@@ -111,7 +144,7 @@ def summary(datas: dict) -> dict:
     out = {}
     for label, reps in datas.items():
         rows = [repeat_summary(fd) for fd in reps]
-        keys = ("pause_frames", "paused_port_s", "marks", "cnps", "drops", "max_backlog_bytes")
+        keys = ("pause_frames", "paused_port_s", "pause_depth_hops", "marks", "cnps", "drops", "max_backlog_bytes")
         groups = sorted({g for r in rows for g in r["groups"]})
         out[label] = {
             "repeats": rows,
@@ -149,8 +182,8 @@ def markdown(cong: dict, labels: list[str]) -> list[str]:
         "Mean ± 95 % CI over repeats. A PAUSE frame is counted where a switch ingress port sends it; paused "
         "time is the time a port (switch egress or GPU NIC) was held by its peer's PAUSE.",
         "",
-        "| fabric | PAUSE frames | paused port-seconds | ECN marks | CNPs | drops | deepest queue (KB) |",
-        "|---|---|---|---|---|---|---|",
+        "| fabric | PAUSE frames | paused port-seconds | pause depth (hops) | ECN marks | CNPs | drops | deepest queue (KB) |",
+        "|---|---|---|---|---|---|---|---|",
     ]
 
     def c(x: dict, scale: float = 1.0, fmt: str = "{:.0f}") -> str:
@@ -162,7 +195,8 @@ def markdown(cong: dict, labels: list[str]) -> list[str]:
     for lab in labels:
         f = cong[lab]
         lines.append(
-            f"| {lab} | {c(f['pause_frames'])} | {c(f['paused_port_s'], 1, '{:.4f}')} | {c(f['marks'])} | "
+            f"| {lab} | {c(f['pause_frames'])} | {c(f['paused_port_s'], 1, '{:.4f}')} | "
+            f"{c(f['pause_depth_hops'], 1, '{:.1f}')} | {c(f['marks'])} | "
             f"{c(f['cnps'])} | {c(f['drops'])} | {c(f['max_backlog_bytes'], 1e-3, '{:.1f}')} |"
         )
     lines += [

@@ -93,3 +93,44 @@ def test_a_missing_pause_record_voids_the_report(lossless_run, tmp_path):
     (copy / "roft" / "raw" / "rep1" / "ns3" / "pfc.csv").unlink()
     with pytest.raises(CongestionRecordsMissing, match="pfc.csv: missing"):
         report.build(copy)
+
+
+def _fake_repeat(tmp_path, pfc_rows: list[tuple], end_ns: int = 1000):
+    """A repeat folder with just pfc.csv and summary.txt, over a chain g - s3 - s2 - s1 - r (+ h on s1)."""
+    from types import SimpleNamespace as NS
+
+    d = tmp_path / "raw" / "ns3"
+    d.mkdir(parents=True)
+    (d / "pfc.csv").write_text("t_ns,port,peer_port,event\n" + "".join(f"{t},{a},{b},{e}\n" for t, a, b, e in pfc_rows))
+    (d / "summary.txt").write_text(f"end_ns {end_ns}\n")
+    names = ["g", "s3", "s2", "s1", "r", "h"]
+    ports = [NS(name=f"{n}-p{k}", node=i) for i, n in enumerate(names) for k in range(3)]
+    return NS(raw=tmp_path / "raw", repeat=0, fabric=NS(nodes=[NS(name=n) for n in names], ports=ports))
+
+
+def test_pause_depth_counts_the_chain_of_switches_held_while_pausing(tmp_path):
+    from testbed.measure.congestion import paused_intervals, propagation_depth
+
+    chain = [
+        (0, "s1-p1", "s2-p0", 1),  # s1 congests: holds s2 from 0 to 100
+        (10, "s2-p1", "s3-p0", 1),  # s2, held, holds s3 from 10 to 90
+        (20, "s3-p1", "g-p0", 1),  # s3, held, holds the GPU from 20 to 80
+        (80, "s3-p1", "g-p0", 0),
+        (90, "s2-p1", "s3-p0", 0),
+        (100, "s1-p1", "s2-p0", 0),
+        (200, "s1-p2", "h-p0", 1),  # elsewhere, one hop, never resumed: ends with the run
+    ]
+    fd = _fake_repeat(tmp_path / "a", chain)
+    iv = paused_intervals(fd)
+    assert sorted(iv.itertuples(index=False, name=None)) == [
+        ("g-p0", 20, 80, "s3-p1"),
+        ("h-p0", 200, 1000, "s1-p2"),
+        ("s2-p0", 0, 100, "s1-p1"),
+        ("s3-p0", 10, 90, "s2-p1"),
+    ]
+    assert propagation_depth(fd) == 3
+    # s3 pauses the GPU only after s2 let it go: the chain breaks there
+    late = [(0, "s1-p1", "s2-p0", 1), (10, "s2-p1", "s3-p0", 1), (90, "s2-p1", "s3-p0", 0), (100, "s1-p1", "s2-p0", 0)]
+    late += [(150, "s3-p1", "g-p0", 1), (160, "s3-p1", "g-p0", 0)]
+    assert propagation_depth(_fake_repeat(tmp_path / "b", late)) == 2
+    assert propagation_depth(_fake_repeat(tmp_path / "c", [])) == 0
