@@ -31,6 +31,6 @@ def register(sub) -> None:
     )
     sw.add_argument("spec", nargs="?", help="YAML experiment spec (default: the built-in one)")
     sw.add_argument(
-        "--param", required=True, metavar="KEY=v1,v2", help="e.g. emulation.rate_scale=5e-5,1e-4 (NIC 100G vs 200G)"
+        "--param", required=True, metavar="KEY=v1,v2", help="e.g. workload.offered_load=0.2,0.5 (a load sweep)"
     )
     sw.set_defaults(func=run)
