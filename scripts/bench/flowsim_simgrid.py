@@ -118,7 +118,10 @@ def compare(spec: str, rounds: int, size_bytes: int, window_ns: int, seed: int) 
     finally:
         Path(fh.name).unlink()
     sg = json.loads(out.stdout.strip().splitlines()[-1])
-    gaps = [abs(sg["t_done_ns"][str(fid)] - t) / max(t - start, 1) for (start, fid, *_), t in _pairs(sched, done)]
+    # each gap relative to that transfer's own duration
+    gaps = [
+        abs(sg["t_done_ns"][str(fid)] - done[fid]) / max(done[fid] - start, 1) for start, fid, *_ in sched.transfers
+    ]
     return {
         "spec": spec,
         "gpus": fab.n_gpus,
@@ -130,12 +133,6 @@ def compare(spec: str, rounds: int, size_bytes: int, window_ns: int, seed: int) 
         "simgrid_peak_mib": round(sg["peak_mib"]),
         "max_gap_pct": round(100 * max(gaps), 4),
     }
-
-
-def _pairs(sched, done):
-    """(transfer, its numpy completion) in schedule order; the gap is relative to its duration."""
-    for tr in sched.transfers:
-        yield tr, done[tr[1]]
 
 
 def main(argv=None) -> int:
