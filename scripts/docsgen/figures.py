@@ -121,6 +121,12 @@ FIGURES = {
             timeout_s=7200,
         ),
         Figure(
+            "ns3-speed",
+            "engine ns3's wall and CPU seconds per real GB, one repeat and repeats on every core, with and without PFC/ECN/DCQCN",
+            (PY, "scripts/bench/ns3_engine.py", "--requests", "10"),
+            heavy=True,
+        ),
+        Figure(
             "flowsim-simgrid",
             "the flow engine against SimGrid on the same schedule and routes, at 64 and 1,024 GPUs",
             (PY, "scripts/bench/flowsim_simgrid.py", "--sizes", "64,1024"),

@@ -16,6 +16,7 @@ import numpy as np
 import pandas as pd
 
 from ..errors import RuntimeFailure
+from ..fabric.paths import walk
 from .stats import ci95
 
 COLUMNS = ("marks", "cnps_rx", "cnps_tx", "pauses_rx", "paused_ns", "headroom_drops", "max_ingress_bytes")
@@ -56,21 +57,110 @@ def port_table(fd) -> pd.DataFrame:
     return ports
 
 
+PFC_COLUMNS = ("t_ns", "port", "peer_port", "event", "cause_port")
+
+
 def paused_intervals(fd) -> pd.DataFrame:
-    """(port, t_start_ns, t_end_ns, by) of every pause of an upstream port: a PAUSE sent to it
-    starts one, the next RESUME ends it (an open one ends with the run); `by` is the switch ingress
-    port that sent it. Sender-side times: the peer holds one link delay later."""
-    pfc = _read(Path(fd.raw) / "ns3" / "pfc.csv", ("t_ns", "port", "peer_port", "event"))
+    """(port, t_start_ns, t_end_ns, by, cause) of every pause of an upstream port, from one
+    repeat's pfc.csv (see intervals_from_pfc)."""
+    return intervals_from_pfc(_read(Path(fd.raw) / "ns3" / "pfc.csv", PFC_COLUMNS), end_ns(fd))
+
+
+def intervals_from_pfc(pfc: pd.DataFrame, end: int) -> pd.DataFrame:
+    """(port, t_start_ns, t_end_ns, by, cause) of every pause of an upstream port: a PAUSE sent to
+    it starts one, the next RESUME ends it (an open one ends at `end`); `by` is the switch ingress
+    port that sent it and `cause` the egress port of that switch holding most of the bytes that
+    came in through `by` when it did. Sender-side times: the peer holds one link delay later."""
     rows, open_at = [], {}
+    cause = pfc["cause_port"] if "cause_port" in pfc else pd.Series([None] * len(pfc), index=pfc.index)
+    pfc = pfc.assign(cause_port=cause.where(cause.notna(), None))
     for r in pfc.sort_values("t_ns", kind="stable").itertuples():
         if r.event == 1:
-            open_at.setdefault(r.peer_port, (int(r.t_ns), r.port))
+            open_at.setdefault(r.peer_port, (int(r.t_ns), r.port, r.cause_port))
         elif r.peer_port in open_at:
-            t0, by = open_at.pop(r.peer_port)
-            rows.append((r.peer_port, t0, int(r.t_ns), by))
-    end = end_ns(fd)
-    rows += [(p, t, end, by) for p, (t, by) in open_at.items()]
-    return pd.DataFrame(rows, columns=["port", "t_start_ns", "t_end_ns", "by"])
+            t0, by, why = open_at.pop(r.peer_port)
+            rows.append((r.peer_port, t0, int(r.t_ns), by, why))
+    rows += [(p, t, end, by, why) for p, (t, by, why) in open_at.items()]
+    return pd.DataFrame(rows, columns=["port", "t_start_ns", "t_end_ns", "by", "cause"])
+
+
+def with_roots(iv: pd.DataFrame) -> pd.DataFrame:
+    """Each pause's congestion root: the egress port whose backlog it ultimately reacts to. A
+    pause's cause port that was not itself held when the PAUSE was sent is the root; a cause port
+    that was held (a pause upstream of a pause) takes the root of the pause holding it. Why: PFC's
+    victims are the flows it stops that never cross that root (head-of-line blocking), and only
+    following the chain back tells a spine port held by a leaf from a congested one."""
+    if iv.empty:
+        return iv.assign(root=pd.Series(dtype=object))
+    if iv["cause"].isna().any():
+        raise CongestionRecordsMissing("pfc.csv: a PAUSE without a cause_port; the pause roots are void")
+    by_port: dict[str, list[int]] = {}
+    for i, r in enumerate(iv.itertuples(index=False)):
+        by_port.setdefault(r.port, []).append(i)
+    rows = list(iv.itertuples(index=False))
+    roots: list[str | None] = [None] * len(rows)
+
+    def root(i: int, seen: frozenset) -> str:
+        if roots[i] is not None:
+            return roots[i]
+        r = rows[i]
+        held = [j for j in by_port.get(r.cause, []) if rows[j].t_start_ns <= r.t_start_ns < rows[j].t_end_ns]
+        held = [j for j in held if j not in seen]
+        out = root(held[0], seen | {i}) if held else r.cause
+        roots[i] = out
+        return out
+
+    for i in range(len(rows)):
+        root(i, frozenset())
+    return iv.assign(root=roots)
+
+
+def flow_pauses(flows: pd.DataFrame, iv: pd.DataFrame) -> pd.DataFrame:
+    """Per flow (msg_id, t_start_ns, t_end_ns, path: the egress ports it leaves through, its own
+    NIC first): `paused_ns`, the time pauses held a port of its path while it was in flight
+    (summed over its ports), and `victim`: a pause held it whose congestion root is not on its
+    path. `iv` comes from with_roots."""
+    by_port = {p: g for p, g in iv.groupby("port")} if not iv.empty else {}
+    paused, victim = [], []
+    for f in flows.itertuples(index=False):
+        on_path = set(f.path)
+        held_ns, hit = 0, False
+        for port in f.path:
+            g = by_port.get(port)
+            if g is None:
+                continue
+            lo = np.maximum(g.t_start_ns.to_numpy(), f.t_start_ns)
+            hi = np.minimum(g.t_end_ns.to_numpy(), f.t_end_ns)
+            over = hi > lo
+            held_ns += int((hi - lo)[over].sum())
+            hit = hit or any(r not in on_path for r in g.root.to_numpy()[over])
+        paused.append(held_ns)
+        victim.append(hit)
+    return flows.assign(paused_ns=paused, victim=victim)
+
+
+def flow_table(fd) -> pd.DataFrame:
+    """One repeat's messages with their paths through the tables (the same entries ns-3 forwarded
+    by) and what PFC did to them (flow_pauses)."""
+    msgs = pd.DataFrame(fd.transfers_raw)
+    if msgs.empty:
+        return msgs
+    fab = fd.fabric
+    ids = {p.name: p.id for p in fab.ports}
+    w = walk(fab, [ids[s] for s in msgs.src], [ids[d] for d in msgs.dst], msgs.sport.to_numpy())
+    ends = fab.link_ends
+    paths = [[fab.ports[int(ends[d // 2, d % 2])].name for d in row if d >= 0] for row in w.dlinks]
+    flows = pd.DataFrame(
+        {
+            "msg_id": msgs.msg_id,
+            "src": msgs.src,
+            "dst": msgs.dst,
+            "t_start_ns": msgs.t_first_tx_ns,
+            "t_end_ns": msgs.t_last_rx_ns,
+            "path": paths,
+        }
+    )
+    return flow_pauses(flows, with_roots(paused_intervals(fd)))
 
 
 def propagation_depth(fd) -> int:
@@ -111,11 +201,27 @@ def end_ns(fd) -> int:
     raise CongestionRecordsMissing(f"{fd.raw}/ns3/summary.txt: no end_ns; the result is void")
 
 
-def repeat_summary(fd) -> dict:
+def rate_changes(fd) -> pd.DataFrame:
+    """(t_ns, qp, rate_bps) at every DCQCN rate change of one repeat (empty without DCQCN)."""
+    return _read(Path(fd.raw) / "ns3" / "rates.csv", ("t_ns", "qp", "rate_bps"))
+
+
+def port_queues(fd) -> pd.DataFrame:
+    """(t_ns, port, backlog_bytes): every switch egress queue the program sampled with a backlog,
+    every measurement.queue_sample_ms of simulated time, in real bytes."""
+    return _read(Path(fd.raw) / "ns3" / "queue_samples.csv", ("t_ns", "port", "backlog_bytes"))
+
+
+def repeat_summary(fd, tables_dir: Path | None = None) -> dict:
     """One repeat: totals, and per switch group the PAUSE frames its ports sent and the share of
-    time its ports (and the GPUs' NIC ports, 'nic') spent paused."""
+    time its ports (and the GPUs' NIC ports, 'nic') spent paused. With `tables_dir`, the per-flow
+    pause table is written there too (<fabric>_rep<k>_flow_pauses.parquet)."""
     t = port_table(fd)
     dur = max(1, end_ns(fd))
+    flows = flow_table(fd)
+    if tables_dir is not None and len(flows):
+        out = flows.assign(path=[">".join(p) for p in flows.path])
+        out.to_parquet(Path(tables_dir) / f"{fd.label}_rep{fd.repeat}_flow_pauses.parquet", index=False)
     groups = {}
     for g, rows in t.groupby("group"):
         groups[g] = {
@@ -135,16 +241,29 @@ def repeat_summary(fd) -> dict:
         "cnps": int(t.cnps_rx.sum()),
         "drops": int(t.drops.sum() + t.headroom_drops.sum()),
         "max_backlog_bytes": int(t.max_backlog_bytes.max()),
+        "flows": int(len(flows)),
+        "paused_flows": int((flows.paused_ns > 0).sum()) if len(flows) else 0,
+        "victim_flows": int(flows.victim.sum()) if len(flows) else 0,
         "groups": groups,
     }
 
 
-def summary(datas: dict) -> dict:
+def summary(datas: dict, tables_dir: Path | None = None) -> dict:
     """Per fabric: every repeat's summary and mean ± 95 % CI of its totals; per group likewise."""
     out = {}
     for label, reps in datas.items():
-        rows = [repeat_summary(fd) for fd in reps]
-        keys = ("pause_frames", "paused_port_s", "pause_depth_hops", "marks", "cnps", "drops", "max_backlog_bytes")
+        rows = [repeat_summary(fd, tables_dir) for fd in reps]
+        keys = (
+            "pause_frames",
+            "paused_port_s",
+            "pause_depth_hops",
+            "marks",
+            "cnps",
+            "drops",
+            "max_backlog_bytes",
+            "paused_flows",
+            "victim_flows",
+        )
         groups = sorted({g for r in rows for g in r["groups"]})
         out[label] = {
             "repeats": rows,
@@ -180,10 +299,13 @@ def markdown(cong: dict, labels: list[str]) -> list[str]:
         "## Congestion (ns-3: PFC, ECN, DCQCN)",
         "",
         "Mean ± 95 % CI over repeats. A PAUSE frame is counted where a switch ingress port sends it; paused "
-        "time is the time a port (switch egress or GPU NIC) was held by its peer's PAUSE.",
+        "time is the time a port (switch egress or GPU NIC) was held by its peer's PAUSE. A paused flow had a "
+        "port of its path held while it was in flight; a victim was held by a pause whose congestion root (the "
+        "egress port the chain of pauses reacts to) is not on its path.",
         "",
-        "| fabric | PAUSE frames | paused port-seconds | pause depth (hops) | ECN marks | CNPs | drops | deepest queue (KB) |",
-        "|---|---|---|---|---|---|---|---|",
+        "| fabric | PAUSE frames | paused port-seconds | pause depth (hops) | ECN marks | CNPs | drops | "
+        "deepest queue (KB) | paused flows | victim flows |",
+        "|---|---|---|---|---|---|---|---|---|---|",
     ]
 
     def c(x: dict, scale: float = 1.0, fmt: str = "{:.0f}") -> str:
@@ -197,7 +319,8 @@ def markdown(cong: dict, labels: list[str]) -> list[str]:
         lines.append(
             f"| {lab} | {c(f['pause_frames'])} | {c(f['paused_port_s'], 1, '{:.4f}')} | "
             f"{c(f['pause_depth_hops'], 1, '{:.1f}')} | {c(f['marks'])} | "
-            f"{c(f['cnps'])} | {c(f['drops'])} | {c(f['max_backlog_bytes'], 1e-3, '{:.1f}')} |"
+            f"{c(f['cnps'])} | {c(f['drops'])} | {c(f['max_backlog_bytes'], 1e-3, '{:.1f}')} | "
+            f"{c(f['paused_flows'])} of {f['repeats'][0]['flows']} | {c(f['victim_flows'])} |"
         )
     lines += [
         "",

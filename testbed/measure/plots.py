@@ -266,3 +266,50 @@ def pause_timeline(pauses: dict[str, pd.DataFrame], out: Path) -> str:
         if not names:
             ax.text(0.5, 0.5, "no port was paused", ha="center", va="center", transform=ax.transAxes)
     return _save(fig, out, "pause_timeline.png")
+
+
+def dcqcn_rates(rates: dict[str, pd.DataFrame], out: Path, most: int = 8) -> str:
+    """Per fabric (repeat 0): the DCQCN sending rate of the QPs that were cut most often, as steps
+    over simulated time. Input per fabric: rows (t_ns, qp, rate_bps) at every rate change."""
+    plt = _plt()
+    labels = list(rates)
+    fig, axes = plt.subplots(len(labels), 1, figsize=(10, 3.2 * len(labels)), squeeze=False)
+    for i, lab in enumerate(labels):
+        ax, r = axes[i, 0], rates[lab]
+        qps = r.qp.value_counts().index[:most].tolist() if len(r) else []
+        for q in sorted(qps):
+            g = r[r.qp == q].sort_values("t_ns", kind="stable")
+            ax.step(g.t_ns / 1e6, g.rate_bps / 1e9, where="post", lw=0.8, label=f"QP {q}")
+        ax.set_xlabel("simulated time (ms)")
+        ax.set_ylabel("DCQCN rate (Gb/s)")
+        ax.set_title(
+            f"{lab}: DCQCN rate of the {len(qps)} QPs cut most often (repeat 0; {len(r)} rate changes in all)",
+            fontsize=9,
+        )
+        if qps:
+            ax.legend(fontsize=6, loc="upper right", ncol=2)
+        else:
+            ax.text(0.5, 0.5, "no QP changed its rate", ha="center", va="center", transform=ax.transAxes)
+    return _save(fig, out, "dcqcn_rates.png")
+
+
+def port_queue_bytes(samples: dict[str, pd.DataFrame], out: Path, most: int = 8) -> str:
+    """Per fabric (repeat 0): the backlog of the switch egress queues that were deepest, in real KB
+    over simulated time. Input per fabric: rows (t_ns, port, backlog_bytes) sampled by ns-3."""
+    plt = _plt()
+    labels = list(samples)
+    fig, axes = plt.subplots(len(labels), 1, figsize=(10, 3.2 * len(labels)), squeeze=False)
+    for i, lab in enumerate(labels):
+        ax, q = axes[i, 0], samples[lab]
+        top = q.groupby("port").backlog_bytes.max().nlargest(most).index.tolist() if len(q) else []
+        for port in sorted(top):
+            g = q[q.port == port].sort_values("t_ns", kind="stable")
+            ax.plot(g.t_ns / 1e6, g.backlog_bytes / 1e3, lw=0.8, marker=".", ms=2, label=port)
+        ax.set_xlabel("simulated time (ms)")
+        ax.set_ylabel("egress backlog (real KB)")
+        ax.set_title(f"{lab}: the {len(top)} deepest switch egress queues over time (repeat 0)", fontsize=9)
+        if top:
+            ax.legend(fontsize=6, loc="upper right", ncol=2)
+        else:
+            ax.text(0.5, 0.5, "no queue was sampled with a backlog", ha="center", va="center", transform=ax.transAxes)
+    return _save(fig, out, "port_queue_bytes.png")

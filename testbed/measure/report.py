@@ -100,12 +100,13 @@ def build(root: Path) -> dict:
             )
         )
     if run.get("congestion"):  # the packet engine ran PFC/ECN/DCQCN: what operators watch
-        metrics["congestion"] = congestion.summary(datas)
-        made.append(
-            plots.pause_timeline(
-                {lab: congestion.paused_intervals(reps[0]) for lab, reps in datas.items()}, root / "plots"
-            )
-        )
+        metrics["congestion"] = congestion.summary(datas, root / "tables")
+        first = {lab: reps[0] for lab, reps in datas.items()}
+        made += [
+            plots.pause_timeline({lab: congestion.paused_intervals(fd) for lab, fd in first.items()}, root / "plots"),
+            plots.dcqcn_rates({lab: congestion.rate_changes(fd) for lab, fd in first.items()}, root / "plots"),
+            plots.port_queue_bytes({lab: congestion.port_queues(fd) for lab, fd in first.items()}, root / "plots"),
+        ]
     write_json(root / "metrics.json", metrics, sort_keys=False)
     text = markdown.markdown(run, exp, metrics, made)
     referee = root / "referee" / "report.md"  # written by `zlab referee`; kept across report rebuilds

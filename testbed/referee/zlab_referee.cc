@@ -18,7 +18,9 @@
 //   msg <msg_id> <qp_id> <t_due_ns> <size_bytes>
 // Outputs in the output folder: messages.csv, ports.csv, queue_samples.csv, summary.txt; with the
 // congestion machinery on (params ecn_enabled, pfc_enabled, cc; testbed/congestion/params.py) also
-// pfc.csv (t_ns,port,peer_port,event: 1 PAUSE sent by a switch ingress port to its peer, 0 RESUME),
+// pfc.csv (t_ns,port,peer_port,event,cause_port: 1 PAUSE sent by a switch ingress port to its peer,
+// 0 RESUME; cause_port, on a PAUSE, is the egress port of the same switch holding most of the bytes
+// that came in through that ingress port: where the congestion it reacts to sits),
 // rates.csv (t_ns,qp,rate_bps at every DCQCN rate change), cnp.csv (t_ns,qp: CNPs the senders took)
 // and, with ecn_trace 1, ecn.csv (t_ns,port,queue_bytes,marked for every ECT frame a switch sent).
 
@@ -148,6 +150,7 @@ struct PortInfo {
   // bytes, headroom bytes in use, its headroom, whether it has paused its peer
   uint64_t in_bytes = 0, hdrm_used = 0, headroom = 0, max_ingress_bytes = 0;
   bool pause_sent = false;
+  std::unordered_map<int, int64_t> to_out;  // ingress port: its bytes now queued per egress port
 };
 
 struct Mmu { int64_t shared_used = 0, hdrm_total = 0, reserve_total = 0; };  // one switch's buffer
@@ -329,7 +332,15 @@ static void ApplyPause(int port_id, bool on) {  // a PAUSE or RESUME reaches the
 static void SendPfc(int in_port, bool pause) {  // the ingress port tells its peer to stop or go on
   PortInfo& pi = ports[in_port];
   pi.pause_sent = pause;
-  pfc_out << NowNs() << "," << pi.name << "," << ports[pi.peer].name << "," << (pause ? 1 : 0) << "\n";
+  pfc_out << NowNs() << "," << pi.name << "," << ports[pi.peer].name << "," << (pause ? 1 : 0) << ",";
+  if (pause) {  // the egress holding most of this ingress port's bytes
+    int cause = -1;
+    int64_t most = 0;
+    for (const auto& [out, bytes] : pi.to_out)
+      if (bytes > most || (bytes == most && bytes > 0 && out < cause)) { most = bytes; cause = out; }
+    if (cause >= 0) pfc_out << ports[cause].name;
+  }
+  pfc_out << "\n";
   Simulator::Schedule(NanoSeconds(LinkDelayNs()), &ApplyPause, pi.peer, pause);
 }
 
@@ -397,7 +408,7 @@ static void EgressKick(int port_id) {  // start the next frame unless busy, paus
       if (P.ecn_trace) ecn_out << NowNs() << "," << pi.name << "," << pi.egq_bytes << "," << int(mark) << "\n";
     }
   }
-  if (P.pfc_enabled) { MmuRelease(in_port, wire); CheckResume(in_port); }
+  if (P.pfc_enabled) { ports[in_port].to_out[port_id] -= wire; MmuRelease(in_port, wire); CheckResume(in_port); }
   pi.tx_busy = true;
   pi.dev->Send(p, pi.dev->GetBroadcast(), 0x0800);
   Simulator::Schedule(NanoSeconds(int64_t(std::ceil(FrameNs(pi, wire)))), &EgressDone, port_id);
@@ -423,6 +434,7 @@ static void Forward(int node, int in_port, Ptr<Packet> p, ZHeader h) {
   uint64_t wire = WireBytes(p);
   if (P.pfc_enabled) {  // lossless: the buffer admits it or its headroom is exhausted
     if (!MmuAdmit(in_port, wire)) { ports[in_port].headroom_drops++; return; }
+    ports[in_port].to_out[out] += wire;
     CheckPause(in_port);
   } else if (ports[out].egq.size() >= ports[out].queue_pkts) {  // lossy: today's drop-tail
     ports[out].drops++;
@@ -900,7 +912,7 @@ int main(int argc, char** argv) {
   samples_out << "t_ns,port,backlog_bytes,qlen_pkts\n";
   if (CcMode()) {
     pfc_out.open(out + "/pfc.csv");
-    pfc_out << "t_ns,port,peer_port,event\n";
+    pfc_out << "t_ns,port,peer_port,event,cause_port\n";
     rates_out.open(out + "/rates.csv");
     rates_out << "t_ns,qp,rate_bps\n";
     cnp_out.open(out + "/cnp.csv");

@@ -83,7 +83,20 @@ def test_a_lossless_run_reports_what_operators_watch(lossless_run):
         assert len(fab["repeats"]) == 2 and fab["groups"]
     text = (lossless_run / "report.md").read_text()
     assert "## Congestion (ns-3: PFC, ECN, DCQCN)" in text and "lossless (PFC) + DCQCN" in text
-    assert (lossless_run / "plots" / "pause_timeline.png").stat().st_size > 1000
+    for png in ("pause_timeline.png", "dcqcn_rates.png", "port_queue_bytes.png"):
+        assert (lossless_run / "plots" / png).stat().st_size > 1000
+    # every flow's pause record, and its totals agree with the summary's
+    import pandas as pd
+
+    for lab, fab in m["congestion"].items():
+        for rep in fab["repeats"]:
+            flows = pd.read_parquet(lossless_run / "tables" / f"{lab}_rep{rep['repeat']}_flow_pauses.parquet")
+            assert len(flows) == rep["flows"] > 0
+            assert (
+                int((flows.paused_ns > 0).sum()) == rep["paused_flows"]
+                and int(flows.victim.sum()) == rep["victim_flows"]
+            )
+            assert not (flows.victim & (flows.paused_ns == 0)).any()  # a victim was held
 
 
 @pytest.mark.slow
@@ -101,36 +114,74 @@ def _fake_repeat(tmp_path, pfc_rows: list[tuple], end_ns: int = 1000):
 
     d = tmp_path / "raw" / "ns3"
     d.mkdir(parents=True)
-    (d / "pfc.csv").write_text("t_ns,port,peer_port,event\n" + "".join(f"{t},{a},{b},{e}\n" for t, a, b, e in pfc_rows))
+    rows = [(*r, "") if len(r) == 4 else r for r in pfc_rows]  # a RESUME has no cause
+    text = "".join(f"{t},{a},{b},{e},{c}\n" for t, a, b, e, c in rows)
+    (d / "pfc.csv").write_text("t_ns,port,peer_port,event,cause_port\n" + text)
     (d / "summary.txt").write_text(f"end_ns {end_ns}\n")
     names = ["g", "s3", "s2", "s1", "r", "h"]
     ports = [NS(name=f"{n}-p{k}", node=i) for i, n in enumerate(names) for k in range(3)]
     return NS(raw=tmp_path / "raw", repeat=0, fabric=NS(nodes=[NS(name=n) for n in names], ports=ports))
 
 
+CHAIN = [  # (t_ns, ingress port sending, upstream port held, PAUSE 1 / RESUME 0, cause: the egress it reacts to)
+    (0, "s1-p1", "s2-p0", 1, "s1-p0"),  # s1 -> r congests: s1 holds s2 from 0 to 100
+    (10, "s2-p1", "s3-p0", 1, "s2-p0"),  # s2's port to s1, held, fills: s2 holds s3 from 10 to 90
+    (20, "s3-p1", "g-p0", 1, "s3-p0"),  # s3's port to s2, held, fills: s3 holds the GPU from 20 to 80
+    (80, "s3-p1", "g-p0", 0),
+    (90, "s2-p1", "s3-p0", 0),
+    (100, "s1-p1", "s2-p0", 0),
+    (200, "s1-p2", "h-p0", 1, "s1-p0"),  # h's traffic to r, one hop, never resumed: ends with the run
+]
+
+
 def test_pause_depth_counts_the_chain_of_switches_held_while_pausing(tmp_path):
     from testbed.measure.congestion import paused_intervals, propagation_depth
 
-    chain = [
-        (0, "s1-p1", "s2-p0", 1),  # s1 congests: holds s2 from 0 to 100
-        (10, "s2-p1", "s3-p0", 1),  # s2, held, holds s3 from 10 to 90
-        (20, "s3-p1", "g-p0", 1),  # s3, held, holds the GPU from 20 to 80
-        (80, "s3-p1", "g-p0", 0),
-        (90, "s2-p1", "s3-p0", 0),
-        (100, "s1-p1", "s2-p0", 0),
-        (200, "s1-p2", "h-p0", 1),  # elsewhere, one hop, never resumed: ends with the run
-    ]
-    fd = _fake_repeat(tmp_path / "a", chain)
+    fd = _fake_repeat(tmp_path / "a", CHAIN)
     iv = paused_intervals(fd)
     assert sorted(iv.itertuples(index=False, name=None)) == [
-        ("g-p0", 20, 80, "s3-p1"),
-        ("h-p0", 200, 1000, "s1-p2"),
-        ("s2-p0", 0, 100, "s1-p1"),
-        ("s3-p0", 10, 90, "s2-p1"),
+        ("g-p0", 20, 80, "s3-p1", "s3-p0"),
+        ("h-p0", 200, 1000, "s1-p2", "s1-p0"),
+        ("s2-p0", 0, 100, "s1-p1", "s1-p0"),
+        ("s3-p0", 10, 90, "s2-p1", "s2-p0"),
     ]
     assert propagation_depth(fd) == 3
     # s3 pauses the GPU only after s2 let it go: the chain breaks there
-    late = [(0, "s1-p1", "s2-p0", 1), (10, "s2-p1", "s3-p0", 1), (90, "s2-p1", "s3-p0", 0), (100, "s1-p1", "s2-p0", 0)]
-    late += [(150, "s3-p1", "g-p0", 1), (160, "s3-p1", "g-p0", 0)]
+    late = [(0, "s1-p1", "s2-p0", 1, "s1-p0"), (10, "s2-p1", "s3-p0", 1, "s2-p0"), (90, "s2-p1", "s3-p0", 0)]
+    late += [(100, "s1-p1", "s2-p0", 0), (150, "s3-p1", "g-p0", 1, "s3-p0"), (160, "s3-p1", "g-p0", 0)]
     assert propagation_depth(_fake_repeat(tmp_path / "b", late)) == 2
     assert propagation_depth(_fake_repeat(tmp_path / "c", [])) == 0
+
+
+def test_pause_roots_follow_held_ports_back_and_name_the_victims(tmp_path):
+    """Hand-worked: in CHAIN every pause reacts, directly or through held ports, to s1 -> r
+    (s1-p0). When s3 pauses the GPU after s2 let it go (LATE), s3's own port to s2 is the root."""
+    import pandas as pd
+
+    from testbed.measure.congestion import flow_pauses, paused_intervals, with_roots
+
+    iv = with_roots(paused_intervals(_fake_repeat(tmp_path / "a", CHAIN)))
+    assert dict(zip(iv.port, iv.root)) == {"s2-p0": "s1-p0", "s3-p0": "s1-p0", "g-p0": "s1-p0", "h-p0": "s1-p0"}
+    flows = pd.DataFrame(
+        [
+            (1, 0, 1000, ["g-p0", "s3-p0", "s2-p0", "s1-p0"]),  # g -> r: held 60 + 80 + 100 ns, crosses the root
+            (2, 0, 50, ["g-p0", "s3-p0", "s2-p2"]),  # g -> a host on s2: held 30 + 40 ns, never on s1-p0
+            (3, 300, 400, ["h-p0", "s1-p0"]),  # h -> r: held 100 ns, crosses the root
+            (4, 0, 1000, ["r-p0", "s1-p1"]),  # never held
+        ],
+        columns=["msg_id", "t_start_ns", "t_end_ns", "path"],
+    )
+    got = flow_pauses(flows, iv).set_index("msg_id")
+    assert got.paused_ns.to_dict() == {1: 240, 2: 70, 3: 100, 4: 0}
+    assert got.victim.to_dict() == {1: False, 2: True, 3: False, 4: False}
+    late = [(0, "s1-p1", "s2-p0", 1, "s1-p0"), (10, "s2-p1", "s3-p0", 1, "s2-p0"), (90, "s2-p1", "s3-p0", 0)]
+    late += [(100, "s1-p1", "s2-p0", 0), (150, "s3-p1", "g-p0", 1, "s3-p0"), (160, "s3-p1", "g-p0", 0)]
+    iv = with_roots(paused_intervals(_fake_repeat(tmp_path / "b", late)))
+    assert dict(zip(iv.port, iv.root)) == {"s2-p0": "s1-p0", "s3-p0": "s1-p0", "g-p0": "s3-p0"}
+
+
+def test_a_pause_without_its_cause_voids_the_roots(tmp_path):
+    from testbed.measure.congestion import paused_intervals, with_roots
+
+    with pytest.raises(CongestionRecordsMissing, match="cause_port"):
+        with_roots(paused_intervals(_fake_repeat(tmp_path, [(0, "s1-p1", "s2-p0", 1, "")])))

@@ -16,6 +16,7 @@ import pytest
 from testbed.congestion import params as cc
 from testbed.congestion.mmu import headroom_bytes, xoff_bytes
 from testbed.congestion.red import mark_probability, per_25g
+from testbed.measure import congestion
 from testbed.referee.handbuilt import Net
 from traffic.dcqcn import Dcqcn
 
@@ -198,3 +199,22 @@ def test_pauses_spread_two_hops_upstream_and_slow_a_victim():
         f"{t_alone / 1e6:.3f} ms alone, {t_hit / 1e6:.3f} ms beside the incast ({t_hit / t_alone:.1f}x)"
     )
     assert t_hit >= 1.5 * t_alone
+    # victims, worked by hand. Two ports congest on their own: s1 -> r (s1-p1, eight senders) and
+    # s3 -> s2 (s3-p0: five senders at line rate into one link). Every pause reacts to one of them,
+    # directly or through a port that was itself held (s2 -> s1 while s1 held it). The incast
+    # flows cross s1-p1; the victim crosses s3-p0 but not s1-p1, so the pauses rooted at s1-p1
+    # that held it (at s3 -> s2 or at its NIC) make it a victim.
+    iv = congestion.with_roots(congestion.intervals_from_pfc(run.pfc, int(run.summary["end_ns"])))
+    print(f"pause roots: {iv.root.value_counts().to_dict()}")
+    assert set(iv.root) == {"s1-p1", "s3-p0"}, iv.root.value_counts()
+    paths = {vq: ["v-p0", "s3-p0", "s2-p2"]}  # port numbers follow the order links were added
+    for k in range(8):
+        paths[k + 1] = [f"g{k}-p0", "s1-p1"] if k < 4 else [f"g{k}-p0", "s3-p0", "s2-p1", "s1-p1"]
+    m = run.messages
+    flows = pd.DataFrame(
+        {"msg_id": m.qp, "t_start_ns": m.t_first_tx_ns, "t_end_ns": m.t_last_rx_ns, "path": [paths[q] for q in m.qp]}
+    )
+    got = congestion.flow_pauses(flows, iv).set_index("msg_id")
+    print(f"paused ns per flow: {got.paused_ns.to_dict()}; victims {sorted(got.index[got.victim])}")
+    assert list(got.index[got.victim]) == [vq]
+    assert (got.paused_ns > 0).all()  # every incast flow was held too, but by its own congestion
