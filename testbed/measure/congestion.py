@@ -206,10 +206,22 @@ def rate_changes(fd) -> pd.DataFrame:
     return _read(Path(fd.raw) / "ns3" / "rates.csv", ("t_ns", "qp", "rate_bps"))
 
 
-def port_queues(fd) -> pd.DataFrame:
-    """(t_ns, port, backlog_bytes): every switch egress queue the program sampled with a backlog,
-    every measurement.queue_sample_ms of simulated time, in real bytes."""
-    return _read(Path(fd.raw) / "ns3" / "queue_samples.csv", ("t_ns", "port", "backlog_bytes"))
+def port_queues(fd, most: int = 8) -> pd.DataFrame:
+    """The backlog in real bytes of the `most` deepest switch egress queues (columns) at every
+    sampling instant (index t_ns, every measurement.queue_sample_ms of simulated time). The
+    program writes only non-empty queues; the instants it sampled a port empty are filled with 0
+    here, so a plot does not draw a line across an idle gap."""
+    q = _read(Path(fd.raw) / "ns3" / "queue_samples.csv", ("t_ns", "port", "backlog_bytes"))
+    info = dict(
+        line.split(" ", 1) for line in (Path(fd.raw) / "ns3" / "summary.txt").read_text().splitlines() if " " in line
+    )
+    if "queue_samples" not in info or "sample_period_ns" not in info:
+        raise CongestionRecordsMissing(f"{fd.raw}/ns3/summary.txt: no sampling record; the queue series is void")
+    n, period = int(info["queue_samples"]), int(info["sample_period_ns"])
+    grid = pd.Index(period * np.arange(1, n + 1, dtype=np.int64), name="t_ns")
+    top = q.groupby("port").backlog_bytes.max().nlargest(most).index.tolist() if len(q) else []
+    wide = q[q.port.isin(top)].pivot_table(index="t_ns", columns="port", values="backlog_bytes", aggfunc="max")
+    return wide.reindex(grid.union(wide.index), fill_value=0).fillna(0)[sorted(top)]
 
 
 def repeat_summary(fd, tables_dir: Path | None = None) -> dict:

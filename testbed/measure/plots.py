@@ -293,22 +293,21 @@ def dcqcn_rates(rates: dict[str, pd.DataFrame], out: Path, most: int = 8) -> str
     return _save(fig, out, "dcqcn_rates.png")
 
 
-def port_queue_bytes(samples: dict[str, pd.DataFrame], out: Path, most: int = 8) -> str:
-    """Per fabric (repeat 0): the backlog of the switch egress queues that were deepest, in real KB
-    over simulated time. Input per fabric: rows (t_ns, port, backlog_bytes) sampled by ns-3."""
+def port_queue_bytes(series: dict[str, pd.DataFrame], out: Path) -> str:
+    """Per fabric (repeat 0): the backlog of the deepest switch egress queues, in real KB over
+    simulated time. Input per fabric: one column per port, indexed by the sampling instants (ns),
+    empty samples as 0 (congestion.port_queues)."""
     plt = _plt()
-    labels = list(samples)
+    labels = list(series)
     fig, axes = plt.subplots(len(labels), 1, figsize=(10, 3.2 * len(labels)), squeeze=False)
     for i, lab in enumerate(labels):
-        ax, q = axes[i, 0], samples[lab]
-        top = q.groupby("port").backlog_bytes.max().nlargest(most).index.tolist() if len(q) else []
-        for port in sorted(top):
-            g = q[q.port == port].sort_values("t_ns", kind="stable")
-            ax.plot(g.t_ns / 1e6, g.backlog_bytes / 1e3, lw=0.8, marker=".", ms=2, label=port)
+        ax, q = axes[i, 0], series[lab]
+        for port in q.columns:
+            ax.plot(q.index / 1e6, q[port] / 1e3, lw=0.8, label=port)
         ax.set_xlabel("simulated time (ms)")
         ax.set_ylabel("egress backlog (real KB)")
-        ax.set_title(f"{lab}: the {len(top)} deepest switch egress queues over time (repeat 0)", fontsize=9)
-        if top:
+        ax.set_title(f"{lab}: the {len(q.columns)} deepest switch egress queues over time (repeat 0)", fontsize=9)
+        if len(q.columns):
             ax.legend(fontsize=6, loc="upper right", ncol=2)
         else:
             ax.text(0.5, 0.5, "no queue was sampled with a backlog", ha="center", va="center", transform=ax.transAxes)

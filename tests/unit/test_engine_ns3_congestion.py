@@ -185,3 +185,23 @@ def test_a_pause_without_its_cause_voids_the_roots(tmp_path):
 
     with pytest.raises(CongestionRecordsMissing, match="cause_port"):
         with_roots(paused_intervals(_fake_repeat(tmp_path, [(0, "s1-p1", "s2-p0", 1, "")])))
+
+
+def test_port_queues_fill_the_instants_a_queue_was_empty(tmp_path):
+    """The program writes only non-empty queues; the series puts 0 at every other sampling
+    instant, keeps the deepest ports only, and voids without the sampling record."""
+    from testbed.measure.congestion import port_queues
+
+    fd = _fake_repeat(tmp_path / "a", [])
+    d = fd.raw / "ns3"
+    rows = [(10, "s1-p0", 500), (30, "s1-p0", 700), (30, "s2-p0", 100), (20, "s3-p0", 50)]
+    (d / "queue_samples.csv").write_text(
+        "t_ns,port,backlog_bytes,qlen_pkts\n" + "".join(f"{t},{p},{b},1\n" for t, p, b in rows)
+    )
+    (d / "summary.txt").write_text("end_ns 40\nqueue_samples 4\nsample_period_ns 10\n")
+    q = port_queues(fd, most=2)
+    assert list(q.columns) == ["s1-p0", "s2-p0"] and list(q.index) == [10, 20, 30, 40]
+    assert q["s1-p0"].tolist() == [500, 0, 700, 0] and q["s2-p0"].tolist() == [0, 0, 100, 0]
+    (d / "summary.txt").write_text("end_ns 40\n")
+    with pytest.raises(CongestionRecordsMissing, match="sampling record"):
+        port_queues(fd)
