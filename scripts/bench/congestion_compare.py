@@ -4,7 +4,9 @@ fabric pause more, as the article says ("egress queues that frequently trigger P
 
 Each case is one `zlab run --engine ns3` (a run folder in --results, kept); this prints, per case
 and fabric, the KV completion p50/p99, PAUSE frames, paused port time, ECN marks and the deepest
-queue as mean ± 95 % CI over the repeats, then ROFT/ZCube ratios with 95 % bootstrap intervals.
+queue, the flows a pause held and its victims (held by a pause whose congestion root is not on their
+path) as mean ± 95 % CI over the repeats, the share of time each switch group's ports spent
+paused, then ROFT/ZCube ratios with 95 % bootstrap intervals.
 
     .venv/bin/python scripts/bench/congestion_compare.py [--cases default-rank,default-rail,64-rank,64-rail]
         [--repeats 5] [--requests 40] [--results /tmp/zlab-congestion]
@@ -28,6 +30,7 @@ LOSSLESS = [
     "congestion.ecn_enabled=true",
     "congestion.cc=dcqcn",
     "congestion.window_pkts=0",
+    "measurement.queue_sample_ms=0.1",  # per-port queue series at 100 µs (the report's port_queue_bytes.png)
 ]
 PAIR_64 = [
     "fabrics.zcube=zcube:n=8,gpus_per_server=8",
@@ -84,15 +87,21 @@ def main(argv=None) -> int:
         print(f"\n{name}: {CASES[name][0]} ({r['wall_s']:.0f} s wall, {r['root'].name})")
         print(
             f"{'fabric':8} {'KV p50 ms':>14} {'KV p99 ms':>14} {'PAUSE frames':>16} {'paused port-ms':>16} "
-            f"{'ECN marks':>14} {'deepest KB':>14}"
+            f"{'ECN marks':>14} {'deepest KB':>14} {'paused flows':>14} {'victim flows':>14}"
         )
         for lab, f in m["fabrics"].items():
             s, c = f["summary"], m["congestion"][lab]
             print(
                 f"{lab:8} {ci(s['kv_p50_real_s'], 1e3):>14} {ci(s['kv_p99_real_s'], 1e3):>14} {ci(c['pause_frames'], 1, '{:.0f}'):>16} "
                 f"{ci(c['paused_port_s'], 1e3, '{:.3f}'):>16} {ci(c['marks'], 1, '{:.0f}'):>14} "
-                f"{ci(c['max_backlog_bytes'], 1e-3, '{:.0f}'):>14}"
+                f"{ci(c['max_backlog_bytes'], 1e-3, '{:.0f}'):>14} "
+                f"{ci(c['paused_flows'], 1, '{:.1f}'):>14} {ci(c['victim_flows'], 1, '{:.1f}'):>14}"
             )
+        for lab in m["fabrics"]:
+            c = m["congestion"][lab]
+            flows = c["repeats"][0]["flows"]
+            groups = ", ".join(f"{g} {ci(v['paused_fraction'], 100, '{:.3f}')} %" for g, v in c["groups"].items())
+            print(f"  {lab}: {flows} flows per repeat; time paused per port, by group: {groups}")
         z, rf = m["congestion"]["zcube"]["repeats"], m["congestion"]["roft"]["repeats"]
         for key, what in (
             ("pause_frames", "PAUSE frames"),
