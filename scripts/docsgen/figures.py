@@ -121,6 +121,11 @@ FIGURES = {
             timeout_s=7200,
         ),
         Figure(
+            "packet-engine-validations",
+            "the packet engine's PFC, ECN and DCQCN against the Python references on hand-built networks",
+            (PY, "-m", "pytest", "-q", "-s", "-p", "no:cacheprovider", "tests/unit/test_packet_engine_cc.py"),
+        ),
+        Figure(
             "ns3-speed",
             "engine ns3's wall and CPU seconds per real GB, one repeat and repeats on every core, with and without PFC/ECN/DCQCN",
             (PY, "scripts/bench/ns3_engine.py", "--requests", "10"),
