@@ -23,12 +23,17 @@ PKEY_DEFAULT = 0xFFFF
 
 # RC opcodes (IBTA vol. 1, table 38)
 WRITE_FIRST, WRITE_MIDDLE, WRITE_LAST, WRITE_ONLY, ACKNOWLEDGE = 0x06, 0x07, 0x08, 0x0A, 0x11
+CNP = 0x81  # RoCEv2 Congestion Notification Packet (IBTA RoCEv2 annex A17): BTH + 16 reserved bytes
+CNP_RESERVED = 16
+# IP ECN codepoints (RFC 3168): RoCEv2 data leaves the sender ECT(0); a congested switch marks CE
+NOT_ECT, ECT0, CE = 0b00, 0b10, 0b11
 OPCODE_NAMES = {
     WRITE_FIRST: "RDMA WRITE First",
     WRITE_MIDDLE: "RDMA WRITE Middle",
     WRITE_LAST: "RDMA WRITE Last",
     WRITE_ONLY: "RDMA WRITE Only",
     ACKNOWLEDGE: "Acknowledge",
+    CNP: "CNP",
 }
 HAS_RETH = frozenset((WRITE_FIRST, WRITE_ONLY))
 # AETH syndromes
@@ -120,10 +125,17 @@ class FrameBuilder:
             ext = _AETH.pack((aeth[0] << 24) | (aeth[1] & 0xFFFFFF))
         udp_len = BTH_LEN + len(ext) + len(payload) + ICRC_LEN
         head, crc = self._headers(udp_len)
-        bth = _BTH.pack(opcode, 0, PKEY_DEFAULT, self.dest_qp & 0xFFFFFF, (0x80000000 if ackreq else 0) | psn)
+        # BTH byte 1: SE, MigReq (1: the QP's path migration state is "migrated", as NICs send it), pad count, TVer
+        flags = 0x40 if opcode == CNP else 0
+        bth = _BTH.pack(opcode, flags, PKEY_DEFAULT, self.dest_qp & 0xFFFFFF, (0x80000000 if ackreq else 0) | psn)
         masked_bth = bth[:4] + b"\xff" + bth[5:]
         crc = zlib.crc32(payload, zlib.crc32(ext, zlib.crc32(masked_bth, crc)))
         return b"".join((head, bth, ext, payload, _ICRC.pack(crc & 0xFFFFFFFF)))
+
+    def cnp(self) -> bytes:
+        """A CNP to this builder's destination QP (the sender being told to slow down): BTH with
+        opcode 0x81 and PSN 0, 16 reserved zero bytes, ICRC."""
+        return self.frame(CNP, 0, payload=bytes(CNP_RESERVED))
 
 
 @dataclass(frozen=True, slots=True)
@@ -138,6 +150,7 @@ class Parsed:
     reth: tuple[int, int, int] | None
     aeth: tuple[int, int] | None
     payload: memoryview
+    ecn: int = NOT_ECT  # the IP header's ECN field: ECT0 on data from a DCQCN sender, CE once marked
 
     @property
     def src_ip(self) -> str:
@@ -196,6 +209,9 @@ def parse(frame: bytes) -> Parsed:
         (word,) = _AETH.unpack_from(frame, off)
         aeth = (word >> 24, word & 0xFFFFFF)
         off += AETH_LEN
+    elif opcode == CNP:
+        if end - ICRC_LEN - off != CNP_RESERVED:
+            raise MalformedPacket("CNP without its 16 reserved bytes")
     elif opcode not in (WRITE_MIDDLE, WRITE_LAST):
         raise MalformedPacket(f"unsupported opcode 0x{opcode:02x}")
     return Parsed(
@@ -209,6 +225,7 @@ def parse(frame: bytes) -> Parsed:
         reth,
         aeth,
         mv[off : end - ICRC_LEN],
+        frame[OFF_IP + 1] & 0b11,
     )
 
 

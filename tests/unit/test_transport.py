@@ -64,6 +64,60 @@ def test_frames_match_scapy_icrc_and_fields():
     assert ack[BTH].opcode == 0x11 and AETH(bytes(ack[BTH].payload)[:4]).msn == 3
 
 
+def _set_ce(frame: bytes) -> bytes:
+    """What a switch's ECN marker does to an ECT frame: ECN field to CE, IP checksum redone."""
+    f = bytearray(frame)
+    f[roce.OFF_IP + 1] |= roce.CE
+    f[roce.OFF_IP + 10 : roce.OFF_IP + 12] = b"\0\0"
+    f[roce.OFF_IP + 10 : roce.OFF_IP + 12] = roce.ip_checksum(bytes(f[roce.OFF_IP : roce.OFF_IP + 20])).to_bytes(
+        2, "big"
+    )
+    return bytes(f)
+
+
+def test_ect_data_and_ce_marks_keep_the_icrc():
+    """RoCEv2's ICRC masks the TOS byte, so a switch marking CE leaves the frame valid; the
+    receiver reads the ECN field it needs to send a CNP."""
+    f = roce.FrameBuilder(A, B, 50000, 0x101, tos=roce.ECT0)
+    data = f.frame(roce.WRITE_ONLY, 3, True, b"kv" * 40, reth=(1, 2, 80))
+    assert roce.parse(data).ecn == roce.ECT0 and Ether(data)[IP].tos & 3 == 2
+    marked = _set_ce(data)
+    assert roce.parse(marked).ecn == roce.CE and roce.ip_checksum(marked[roce.OFF_IP : roce.OFF_IP + 20]) == 0
+    assert roce.parse(builders()[0].frame(roce.WRITE_ONLY, 3, True, b"x", reth=(1, 2, 1))).ecn == roce.NOT_ECT
+
+
+def test_cnp_frames_decode_in_scapy_and_tshark(tmp_path):
+    """A CNP (BTH opcode 0x81, 16 reserved bytes) to the sender's QP: scapy names it and agrees on
+    its ICRC; Debian's tshark 4.0 decodes its BTH (opcode 129, destination QP, PSN) but has no name
+    for the opcode and shows the reserved bytes and ICRC as vendor data."""
+    import subprocess
+
+    from scapy.contrib.roce import CNPPadding
+    from scapy.utils import wrpcap
+
+    cnp = builders()[1].cnp()  # from the receiver B back to the requester's QP 0x100
+    p = roce.parse(cnp)
+    assert (p.opcode, p.dest_qp, p.psn, bytes(p.payload)) == (roce.CNP, 0x100, 0, bytes(16))
+    pkt = Ether(cnp)
+    assert pkt[BTH].opcode == 0x81 and pkt[BTH].dqpn == 0x100 and pkt.haslayer(CNPPadding)
+    want = pkt[BTH].icrc
+    pkt[BTH].icrc = None
+    assert want == int.from_bytes(bytes(pkt)[-4:], "big") == int.from_bytes(cnp[-4:], "big")
+    pcap = tmp_path / "cnp.pcap"
+    data = _set_ce(roce.FrameBuilder(A, B, 50000, 0x101, tos=roce.ECT0).frame(roce.WRITE_ONLY, 1, True, b"z"))
+    wrpcap(str(pcap), [Ether(data), Ether(cnp)])
+    fields = ["infiniband.bth.opcode", "infiniband.bth.destqp", "infiniband.bth.psn", "ip.dsfield.ecn", "udp.dstport"]
+    out = subprocess.run(
+        ["tshark", "-r", str(pcap), "-T", "fields", *[x for f in fields for x in ("-e", f)], "-E", "separator=,"],
+        capture_output=True,
+        text=True,
+        check=True,
+    ).stdout.split()
+    assert out == ["10,0x000101,1,3,4791", "129,0x000100,0,0,4791"]
+    with pytest.raises(roce.MalformedPacket, match="16 reserved"):
+        roce.parse(builders()[1].frame(roce.CNP, 0, payload=bytes(8)))
+
+
 def test_parse_round_trip():
     f, _ = builders()
     p = roce.parse(f.frame(roce.WRITE_ONLY, 9, True, b"abc", reth=(1, 2, 3)))
