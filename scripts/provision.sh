@@ -25,6 +25,7 @@ OVS_CTL=/usr/share/openvswitch/scripts/ovs-ctl
 APT_PACKAGES=(
   mininet openvswitch-switch openvswitch-common iperf3 libiperf0 ethtool iputils-ping tcpdump
   tshark iproute2 nftables procps psmisc python3-venv python3-dev build-essential vagrant git
+  clang llvm libbpf-dev bpftool
 )
 CHANGES=0
 T0=$(date +%s)
@@ -217,9 +218,27 @@ install_referee() {
   say "referee: $(printf '%s' "$out" | tail -1)"
 }
 
+# The emulation's ECN marker pins its BPF program and maps under /sys/fs/bpf/zlab/<run>; the
+# bpf filesystem is not mounted on every machine (it is not on a minimal Debian VM).
+mount_bpffs() {
+  if grep -qs '^bpf /sys/fs/bpf bpf ' /proc/mounts; then say "bpffs: mounted"; return; fi
+  mkdir -p /sys/fs/bpf
+  mount -t bpf bpf /sys/fs/bpf || die "mounting the bpf filesystem at /sys/fs/bpf"
+  changed "mounted bpffs at /sys/fs/bpf"
+}
+
+# Compile the ECN marker (clang, libbpf-dev) so the first run does not, and so a broken
+# toolchain fails here rather than in a run.
+build_ecn_marker() {
+  "$VENV/bin/python" -c 'from testbed.emulation import ecn; print("built:", ecn.build())' >/dev/null \
+    || die "compiling the ECN marker (testbed/emulation/bpf/ecn_marker.bpf.c) failed"
+  say "ECN marker: built"
+}
+
 if [ "$ONLY_SERVICES" -eq 0 ]; then install_apt_packages; fi
 set_socket_buffers
+mount_bpffs
 start_ovs
-if [ "$ONLY_SERVICES" -eq 0 ]; then build_venv; build_ryu_venv; fi
+if [ "$ONLY_SERVICES" -eq 0 ]; then build_venv; build_ryu_venv; build_ecn_marker; fi
 if [ "$REFEREE" -eq 1 ]; then install_referee; fi
 say "done in $(( $(date +%s) - T0 )) s, $CHANGES changes"

@@ -9,11 +9,14 @@ from __future__ import annotations
 
 import json
 import os
+import shutil
 import subprocess
+from pathlib import Path
 
 from . import procs
 from .registry import RunRecord, load_runs
 from .sh import CommandError, run
+from .state import BPF_PIN_ROOT
 
 
 def _tagged_bridges(run_id: str) -> set[str]:
@@ -114,6 +117,11 @@ def clean_run(
                 if not dry_run:
                     run(["ip", "netns", "del", r["name"]])
                 done.append(f"netns {r['name']}")
+    for r in rec.resources:  # after the links: a pinned program is detached from nothing by then
+        if r["type"] == "bpf-pin" and Path(r["path"]).is_relative_to(BPF_PIN_ROOT) and Path(r["path"]).exists():
+            if not dry_run:
+                shutil.rmtree(r["path"])
+            done.append(f"bpf pins {r['path']}")
     if not dry_run and not keep_record:
         rec.path.unlink(missing_ok=True)
     return done

@@ -84,6 +84,11 @@ class Registry:
         """An nftables netdev table (a gray failure's loss rule)."""
         self._write({"type": "nft-table", "family": "netdev", "name": name})
 
+    def bpf_pin(self, path: str) -> None:
+        """A directory of pinned BPF objects (the ECN marker's program and maps), recorded before
+        it is created."""
+        self._write({"type": "bpf-pin", "path": path})
+
     def env_tag(self, name: str, value: str) -> None:
         """Processes started from now on carry name=value in their environment. Recorded before
         any of them exists: a pid can only be written down after its process exists, and an owner

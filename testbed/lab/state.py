@@ -10,6 +10,9 @@ import os
 from pathlib import Path
 
 SOCK_BUF_BYTES = 8 * 1024 * 1024
+# where runs pin their BPF objects (the ECN marker), one directory per run; `zlab clean` removes
+# only directories under it that a run recorded
+BPF_PIN_ROOT = Path("/sys/fs/bpf/zlab")
 
 
 def state_dir() -> Path:

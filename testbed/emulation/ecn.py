@@ -1,0 +1,218 @@
+"""ECN marking at the emulated switches' egress ports: builds, loads, configures and reads the tc
+BPF program in bpf/ecn_marker.bpf.c.
+
+Why BPF: this kernel has no sch_red (and no netem); a tc program on clsact egress can set CE with
+bpf_skb_ecn_set_ce(). Why one program per run, pinned under /sys/fs/bpf/zlab/<run_id>/: every
+port the run marks is attached to the same program, so the per-port configuration, the phantom
+queues and the counters live in one set of maps the run can read at the end, and the pin
+directory is one resource the registry records and `zlab clean` removes (the tc filters go with
+the run's links).
+
+Configuration is per ifindex: the port's shaped rate (the phantom queue drains at it), Kmin,
+Kmax and Pmax of the RED-style curve (testbed/congestion/red.py) in the run's emulated bytes, and
+the width of the counter bins. The counters (ECT frames seen and marked per queue-length bin)
+are what the tests compare with the curve.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import platform
+import shutil
+import struct
+import subprocess
+from dataclasses import dataclass
+from pathlib import Path
+
+import pandas as pd
+
+from ..errors import RuntimeFailure
+from ..lab.state import BPF_PIN_ROOT as PIN_ROOT
+
+SOURCE = Path(__file__).with_name("bpf") / "ecn_marker.bpf.c"
+BUILD_DIR = Path(__file__).resolve().parents[2] / ".bpf"
+OBJECT = BUILD_DIR / "ecn_marker.bpf.o"
+BPFFS = Path("/sys/fs/bpf")
+NBINS = 32  # the program's counter bins (the last one holds everything deeper)
+PROVISION = "sudo bash scripts/provision.sh"
+
+
+class EcnUnavailable(RuntimeFailure):
+    """The machine cannot build or load the marker (a missing package, no bpffs, no root)."""
+
+
+@dataclass(frozen=True)
+class PortConfig:
+    rate_bytes_per_s: int  # the port's shaped rate; 0: never drains (the tests' deterministic sweep)
+    kmin_bytes: int
+    kmax_bytes: int
+    pmax: float
+    bin_bytes: int
+
+    def packed(self) -> bytes:
+        return struct.pack(
+            "<5Q",
+            self.rate_bytes_per_s,
+            self.kmin_bytes,
+            self.kmax_bytes,
+            round(self.pmax * 1_000_000),
+            self.bin_bytes,
+        )
+
+
+def _hex(b: bytes) -> list[str]:
+    return ["hex", *(f"{x:02x}" for x in b)]
+
+
+def _run(cmd: list[str], what: str) -> str:
+    res = subprocess.run(cmd, capture_output=True, text=True)
+    if res.returncode != 0:
+        raise RuntimeFailure(f"{what}: {' '.join(cmd[:4])} ... failed: {(res.stderr or res.stdout).strip()[-300:]}")
+    return res.stdout
+
+
+def build(force: bool = False) -> Path:
+    """Compile the program if missing or older than its source (Debian's clang, libbpf headers)."""
+    for tool in ("clang", "bpftool", "tc"):
+        if shutil.which(tool) is None:
+            raise EcnUnavailable(f"ECN marking needs {tool}: run {PROVISION}")
+    if not Path("/usr/include/bpf/bpf_helpers.h").exists():
+        raise EcnUnavailable(f"ECN marking needs libbpf-dev's headers: run {PROVISION}")
+    if OBJECT.exists() and not force and OBJECT.stat().st_mtime >= SOURCE.stat().st_mtime:
+        return OBJECT
+    BUILD_DIR.mkdir(exist_ok=True)
+    tmp = OBJECT.with_suffix(".tmp")
+    multiarch = f"/usr/include/{platform.machine()}-linux-gnu"
+    cmd = [
+        "clang",
+        "-O2",
+        "-g",
+        "-Wall",
+        "-Werror",
+        "-target",
+        "bpf",
+        f"-I{multiarch}",
+        "-c",
+        str(SOURCE),
+        "-o",
+        str(tmp),
+    ]
+    _run(cmd, f"compiling {SOURCE.name}")
+    tmp.replace(OBJECT)
+    return OBJECT
+
+
+class Marker:
+    """One loaded marker: `load` pins the program and its maps under PIN_ROOT/<name>; `attach`
+    hangs it on a port's clsact egress; `configure` sets a port's curve; `counters` and
+    `queues` read it; `unload` removes the pins (the caller records the directory first)."""
+
+    def __init__(self, name: str):
+        self.dir = PIN_ROOT / name
+        self.prog = self.dir / "prog"
+        self.maps = self.dir / "maps"
+
+    @staticmethod
+    def check_bpffs() -> None:
+        if os.geteuid() != 0:
+            raise EcnUnavailable("ECN marking loads a BPF program: run as root")
+        mounts = Path("/proc/mounts").read_text().split("\n")
+        if not any(line.split()[1:3] == [str(BPFFS), "bpf"] for line in mounts if len(line.split()) > 2):
+            raise EcnUnavailable(f"no bpf filesystem at {BPFFS}: run {PROVISION} (it mounts it)")
+
+    def load(self) -> Marker:
+        self.check_bpffs()
+        obj = build()
+        if self.dir.exists():
+            raise RuntimeFailure(f"{self.dir} exists: another run of this name is loaded (zlab clean removes it)")
+        self.dir.mkdir(parents=True)
+        _run(
+            ["bpftool", "prog", "load", str(obj), str(self.prog), "type", "classifier", "pinmaps", str(self.maps)],
+            "loading the ECN marker",
+        )
+        return self
+
+    def configure(self, ifindex: int, cfg: PortConfig) -> None:
+        if not 0 <= cfg.kmin_bytes <= cfg.kmax_bytes or not 0 < cfg.pmax <= 1 or cfg.bin_bytes <= 0:
+            raise ValueError(f"bad ECN port configuration {cfg}")
+        key = struct.pack("<I", ifindex)
+        _run(
+            [
+                "bpftool",
+                "map",
+                "update",
+                "pinned",
+                str(self.maps / "cfg"),
+                "key",
+                *_hex(key),
+                "value",
+                *_hex(cfg.packed()),
+            ],
+            f"configuring ECN on ifindex {ifindex}",
+        )
+
+    def attach(self, dev: str) -> None:
+        """clsact on the port (its htb root qdisc stays) and the pinned program on egress."""
+        res = subprocess.run(["tc", "qdisc", "add", "dev", dev, "clsact"], capture_output=True, text=True)
+        if res.returncode != 0 and "File exists" not in res.stderr:
+            raise RuntimeFailure(f"tc qdisc add dev {dev} clsact failed: {res.stderr.strip()}")
+        _run(
+            ["tc", "filter", "replace", "dev", dev, "egress", "bpf", "da", "pinned", str(self.prog)],
+            f"attaching the ECN marker to {dev}",
+        )
+
+    def reset(self, ifindex: int) -> None:
+        """Forget a port's phantom queue (the next frame finds it empty)."""
+        key = struct.pack("<I", ifindex)
+        subprocess.run(
+            ["bpftool", "map", "delete", "pinned", str(self.maps / "state"), "key", *_hex(key)], capture_output=True
+        )
+
+    def _dump(self, name: str) -> list[dict]:
+        return json.loads(_run(["bpftool", "-j", "map", "dump", "pinned", str(self.maps / name)], f"reading {name}"))
+
+    def counters(self) -> pd.DataFrame:
+        """(ifindex, bin, frames, marked): ECT frames the program saw per port with the phantom
+        backlog ahead of them in [bin, bin + 1) x bin_bytes (the last bin: everything deeper)."""
+        rows = []
+        for e in self._dump("bins"):
+            key, v = e["formatted"]["key"], e["formatted"]["value"]
+            rows.append((key >> 32, key & 0xFFFFFFFF, v["frames"], v["marked"]))
+        return pd.DataFrame(rows, columns=["ifindex", "bin", "frames", "marked"]).sort_values(["ifindex", "bin"])
+
+    def queues(self) -> pd.DataFrame:
+        """(ifindex, queue_bytes, max_queue_bytes, last_ns): each port's phantom queue now."""
+        rows = [
+            (e["formatted"]["key"], v["queue_bytes"], v["max_queue_bytes"], v["last_ns"])
+            for e in self._dump("state")
+            for v in [e["formatted"]["value"]]
+        ]
+        return pd.DataFrame(rows, columns=["ifindex", "queue_bytes", "max_queue_bytes", "last_ns"])
+
+    def test_run(self, frame: bytes, repeat: int, scratch: Path) -> bytes:
+        """Run the program `repeat` times on one frame without a device (BPF_PROG_TEST_RUN, the
+        skb on the loopback device, ifindex 1); returns the frame as the last run left it."""
+        src, out = scratch / "frame.in", scratch / "frame.out"
+        src.write_bytes(frame)
+        _run(
+            [
+                "bpftool",
+                "prog",
+                "run",
+                "pinned",
+                str(self.prog),
+                "data_in",
+                str(src),
+                "data_out",
+                str(out),
+                "repeat",
+                str(repeat),
+            ],
+            "running the ECN marker on a test frame",
+        )
+        return out.read_bytes()
+
+    def unload(self) -> None:
+        if self.dir.exists():
+            shutil.rmtree(self.dir)

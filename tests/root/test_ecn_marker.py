@@ -1,0 +1,143 @@
+"""The emulation's ECN marker (testbed/emulation/bpf/ecn_marker.bpf.c) on its own: its marking
+curve against red.py from the program's own counters, Not-ECT left alone, the phantom queue
+draining at the configured rate, and marks on a real veth with the program attached. No fabric."""
+
+import math
+import socket
+import struct
+import subprocess
+import time
+import uuid
+
+import pytest
+
+from testbed.congestion.red import mark_probability
+from testbed.emulation import ecn
+
+FRAME = 1000
+KMIN, KMAX, PMAX, BIN = 100_000, 400_000, 0.2, 25_000
+LO = 1  # BPF_PROG_TEST_RUN puts the skb on the loopback device
+
+
+def ipv4_frame(tos: int, size: int = FRAME) -> bytes:
+    eth = bytes(12) + b"\x08\x00"
+    ip = bytes([0x45, tos]) + struct.pack("!H", size - 14) + bytes(4) + bytes([64, 17, 0, 0]) + bytes([10, 0, 0, 1])
+    ip += bytes([10, 0, 0, 2])
+    return eth + ip + bytes(size - len(eth) - len(ip))
+
+
+@pytest.fixture
+def marker():
+    m = ecn.Marker(f"test-{uuid.uuid4().hex[:8]}").load()
+    try:
+        yield m
+    finally:
+        m.unload()
+    assert not m.dir.exists()
+
+
+def test_the_marking_curve_matches_red_py_per_bin(marker, tmp_path):
+    """The queue never drains (rate 0), so each run adds one 1,000-byte frame: 40 sweeps of 1,000
+    frames put 1,000 ECT frames in every 25 KB bin from 0 to 800 KB. The marks per bin are within
+    4.5 standard deviations of red.py's expectation at the frames' own queue lengths."""
+    marker.configure(LO, ecn.PortConfig(0, KMIN, KMAX, PMAX, BIN))
+    for _ in range(40):
+        marker.reset(LO)
+        out = marker.test_run(ipv4_frame(0x02), 1000, tmp_path)
+    assert out[15] & 3 == 3  # the last frame (999 KB ahead) left marked CE
+    got = marker.counters().set_index("bin")
+    lines = []
+    for b in range(0, 31):
+        ahead = [b * BIN + k * FRAME for k in range(BIN // FRAME)]
+        p = [mark_probability(q, KMIN, KMAX, PMAX) for q in ahead]
+        n = int(got.loc[b, "frames"])
+        want, sd = 40 * sum(p), math.sqrt(40 * sum(x * (1 - x) for x in p))
+        lines.append(
+            f"bin {b:2d} ({b * BIN:>7,}+): {n} frames, {int(got.loc[b, 'marked'])} marked, {want:.1f} expected"
+        )
+        assert n == 1000
+        assert abs(got.loc[b, "marked"] - want) <= max(4.5 * sd, 0.5), lines[-1]
+    print("\n".join(lines))
+
+
+def test_not_ect_frames_pass_unmarked_and_uncounted(marker, tmp_path):
+    marker.configure(LO, ecn.PortConfig(0, 0, 1, 1.0, BIN))  # everything beyond 1 byte would be marked
+    out = marker.test_run(ipv4_frame(0x00), 100, tmp_path)
+    assert out[15] & 3 == 0 and marker.counters().empty
+    q = marker.queues().set_index("ifindex")
+    assert q.loc[LO, "queue_bytes"] == 100 * FRAME  # it still occupies the queue
+
+
+def test_the_phantom_queue_drains_at_the_port_rate(marker, tmp_path):
+    """100 frames at once, then 50 ms idle at 1 MB/s: the next frame finds about 50 KB ahead."""
+    marker.configure(LO, ecn.PortConfig(1_000_000, KMIN, KMAX, PMAX, BIN))
+    marker.test_run(ipv4_frame(0x02), 100, tmp_path)
+    t = time.monotonic()
+    time.sleep(0.05)
+    marker.test_run(ipv4_frame(0x02), 1, tmp_path)
+    idle = time.monotonic() - t
+    q = int(marker.queues().set_index("ifindex").loc[LO, "queue_bytes"])
+    want = max(0.0, 100 * FRAME - idle * 1_000_000) + FRAME
+    print(f"after {idle * 1e3:.1f} ms idle: {q} B queued, {want:.0f} expected")
+    assert abs(q - want) <= 5_000  # 5 ms of the timing between the two bpftool calls
+
+
+def test_a_veth_port_marks_roce_frames_and_their_icrc_stays_valid(marker):
+    """The program on a real veth's egress, RoCEv2 frames sent on a packet socket as the agents
+    send them: with Kmin 0 and Pmax 1 every ECT(0) frame after the first leaves CE-marked, and the
+    receiver's parser (ICRC, which masks the TOS byte) accepts every one."""
+    from traffic import roce
+
+    a = f"zecn{uuid.uuid4().hex[:4]}a"
+    b = a[:-1] + "b"
+    subprocess.run(["ip", "link", "add", a, "type", "veth", "peer", "name", b], check=True)
+    try:
+        for dev in (a, b):
+            subprocess.run(["ip", "link", "set", dev, "up"], check=True)
+        ifindex = socket.if_nametoindex(a)
+        marker.configure(ifindex, ecn.PortConfig(0, 0, 1, 1.0, BIN))
+        marker.attach(a)
+        rx = socket.socket(socket.AF_PACKET, socket.SOCK_RAW, socket.htons(0x0800))
+        rx.bind((b, 0))
+        rx.settimeout(2)
+        tx = socket.socket(socket.AF_PACKET, socket.SOCK_RAW)
+        tx.bind((a, 0))
+        src, dst = roce.Endpoint("02:5a:00:00:00:01", "10.251.0.1"), roce.Endpoint("02:5a:00:00:00:02", "10.251.0.2")
+        f = roce.FrameBuilder(src, dst, 50000, 0x11, tos=roce.ECT0)
+        ecns = []
+        for k in range(20):
+            tx.send(f.frame(roce.WRITE_ONLY, k, True, b"kv" * 100, reth=(0, 0, 200)))
+            while True:
+                got = rx.recv(4096)
+                try:
+                    p = roce.parse(got)
+                except roce.MalformedPacket:
+                    continue  # not ours (IPv6 router solicitations and the like)
+                ecns.append(p.ecn)
+                break
+        assert ecns[0] == roce.ECT0 and set(ecns[1:]) == {roce.CE}, ecns
+        c = marker.counters()
+        assert int(c[c.ifindex == ifindex].frames.sum()) == 20 and int(c[c.ifindex == ifindex].marked.sum()) == 19
+    finally:
+        subprocess.run(["ip", "link", "del", a], check=False)
+
+
+def test_zlab_clean_removes_a_recorded_pin_and_only_that(tmp_path, monkeypatch):
+    """A run that recorded its marker's pin directory and died: clean_run removes the pins; a
+    marker no run recorded stays."""
+    from testbed.lab import clean, registry
+
+    monkeypatch.setenv("ZLAB_STATE_DIR", str(tmp_path))
+    name = f"test-{uuid.uuid4().hex[:8]}"
+    reg = registry.Registry(name)
+    reg.bpf_pin(str(ecn.PIN_ROOT / name))
+    ours, other = ecn.Marker(name).load(), ecn.Marker(f"test-{uuid.uuid4().hex[:8]}").load()
+    reg.close(remove=False)
+    try:
+        (rec,) = [r for r in registry.load_runs() if r.run_id == name]
+        assert clean.clean_run(rec, dry_run=True) == [f"bpf pins {ours.dir}"] and ours.dir.exists()
+        assert clean.clean_run(rec) == [f"bpf pins {ours.dir}"]
+        assert not ours.dir.exists() and other.dir.exists()
+    finally:
+        ours.unload()
+        other.unload()
