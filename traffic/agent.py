@@ -19,6 +19,7 @@ from dataclasses import dataclass, field
 
 from . import roce
 from .cc import Timely
+from .dcqcn import DcqcnQp
 from .port import Pacer, PreciseEpoll, open_packet_socket, socket_drops
 from .rc import Message, QPCounters, Received, Requester, Responder
 
@@ -83,12 +84,14 @@ class Connection:
         resp_qpn: int,
         sport: int,
         path_mtu: int,
-        cc: Timely | None,
+        cc: Timely | DcqcnQp | None,
         rc_opts: dict,
     ):
         self.cid, self.src, self.dst, self.sport = cid, src, dst, sport
         self.req_qpn, self.resp_qpn = req_qpn, resp_qpn
-        fwd = roce.FrameBuilder(src.endpoint(), dst.endpoint(), sport, resp_qpn)
+        # a DCQCN sender marks its data ECN-capable (ECT(0)), as RoCEv2 NICs do, so switches can mark CE
+        self.data_tos = roce.ECT0 if isinstance(cc, DcqcnQp) else 0
+        fwd = roce.FrameBuilder(src.endpoint(), dst.endpoint(), sport, resp_qpn, tos=self.data_tos)
         back = roce.FrameBuilder(dst.endpoint(), src.endpoint(), sport, req_qpn)
         opts = dict(rc_opts)
         if "rto_ns" not in opts:
@@ -109,12 +112,16 @@ class Connection:
         self.alt: tuple[str, str] | None = None  # alternate (source port, destination port): APM
         self.timeouts_mark = 0  # requester timeouts at the last progress
         self.migrations: list[int] = []  # when the QP moved to its alternate path
+        self.ce_rx = 0  # responder: data frames that arrived CE-marked
+        self.cnps_tx = 0  # responder: CNPs it sent back
+        self.cnps_rx = 0  # requester: CNPs that reached it
+        self.last_cnp_ns: int | None = None
 
     def rebuild(self, src: NicPort, dst: NicPort) -> None:
         """Move the QP pair to other ports (RoCE's automatic path migration): new headers both
         ways, same QPNs and PSN state, so go-back-N resumes from the oldest unacknowledged PSN."""
         self.src, self.dst = src, dst
-        self.req.b = roce.FrameBuilder(src.endpoint(), dst.endpoint(), self.sport, self.resp_qpn)
+        self.req.b = roce.FrameBuilder(src.endpoint(), dst.endpoint(), self.sport, self.resp_qpn, tos=self.data_tos)
         self.resp.b = roce.FrameBuilder(dst.endpoint(), src.endpoint(), self.sport, self.req_qpn)
 
 
@@ -140,11 +147,15 @@ class Agent:
         socket_buffer_bytes: int = 8 << 20,
         stall_ns: int | None = None,
         apm_timeouts: int | None = None,
+        cnp_interval_ns: int | None = None,
     ):
         """on_record: called with each completed message's record (the caller decides where
         records go; the traffic core writes no files of its own). stall_ns: record a QP's
         acknowledgement gaps longer than this (failure recovery times). apm_timeouts: a QP with an
-        alternate path moves to it after this many timeouts without progress."""
+        alternate path moves to it after this many timeouts without progress. cnp_interval_ns: a
+        receiving port answers CE-marked data with a CNP to the sending QP, at most one per QP per
+        this interval (None: CE marks are counted, never answered)."""
+        self.cnp_interval_ns = cnp_interval_ns
         self.stall_ns = stall_ns
         self.apm_timeouts = apm_timeouts
         self.ports: dict[str, NicPort] = {}
@@ -174,7 +185,9 @@ class Agent:
         self._fd_port[port.sock.fileno()] = port
         return port
 
-    def connect(self, src: str, dst: str, sport: int, path_mtu: int = 4096, cc: Timely | None = None) -> Connection:
+    def connect(
+        self, src: str, dst: str, sport: int, path_mtu: int = 4096, cc: Timely | DcqcnQp | None = None
+    ) -> Connection:
         s, d = self.ports[src], self.ports[dst]
         conn = Connection(len(self.conns), s, d, next(self._qpn), next(self._qpn), sport, path_mtu, cc, self.rc_opts)
         s.by_req_qpn[conn.req_qpn] = conn
@@ -319,6 +332,8 @@ class Agent:
             if not conn.req.has_data():
                 continue
             if conn.qp_pacer is not None:
+                if isinstance(conn.cc, DcqcnQp):
+                    conn.cc.advance(now)  # its timers: alpha decay, rate increase
                 conn.qp_pacer.rate_bps = conn.cc.rate_bps
                 conn.qp_pacer.refill(now)
                 if not conn.qp_pacer.ready():
@@ -359,9 +374,17 @@ class Agent:
                         conn.stalls.append((conn.progress_ns, now))
                     conn.progress_ns = now
                     conn.timeouts_mark = conn.req.c.timeouts
-                if conn.cc is not None:
+                if isinstance(conn.cc, Timely):
                     for rtt in conn.req.rtt_samples_ns[n_rtt:]:
                         conn.cc.on_rtt(rtt)
+            elif p.opcode == roce.CNP:
+                conn = port.by_req_qpn.get(p.dest_qp)
+                if conn is None:
+                    port.stats.malformed["unknown QP"] = port.stats.malformed.get("unknown QP", 0) + 1
+                    continue
+                conn.cnps_rx += 1
+                if isinstance(conn.cc, DcqcnQp):
+                    conn.cc.on_cnp(now)
             else:
                 conn = port.by_resp_qpn.get(p.dest_qp)
                 if conn is None:
@@ -370,6 +393,13 @@ class Agent:
                 reply, got = conn.resp.on_packet(p, now)
                 if reply is not None:
                     port.ctrl.append(reply)
+                if p.ecn == roce.CE:
+                    conn.ce_rx += 1
+                    gap = self.cnp_interval_ns
+                    if gap is not None and (conn.last_cnp_ns is None or now - conn.last_cnp_ns >= gap):
+                        port.ctrl.append(conn.resp.b.cnp())
+                        conn.last_cnp_ns = now
+                        conn.cnps_tx += 1
                 if got is not None:
                     conn.received.append(got)
 
@@ -429,6 +459,12 @@ class Agent:
                     "repairs_ns": c.req.repairs_ns,
                     "migrations_ns": c.migrations,
                     "open_since_ns": None if c.req.idle() else c.progress_ns,
+                    "ecn": {
+                        "ce_rx": c.ce_rx,
+                        "cnps_tx": c.cnps_tx,
+                        "cnps_rx": c.cnps_rx,
+                        "rate_changes": c.cc.changes if isinstance(c.cc, DcqcnQp) else [],
+                    },
                 }
                 for c in self.conns
             ],

@@ -128,3 +128,53 @@ class Dcqcn:
         else:
             self.rt = min(self.p.line_rate_bps, self.rt + self.p.hai_bps)
         self.rc = min(self.p.line_rate_bps, (self.rt + self.rc) / 2)
+
+
+class DcqcnQp:
+    """One QP's DCQCN with its timers, as zlab runs it in both engines: the alpha timer ticks every
+    alpha_update_ns from the QP's first CNP (ticks at or before an event come first); the
+    rate-increase timer fires rate_increase_ns after each cut, then periodically until both rates
+    are back at line rate. Lazy: the caller says what time it is (advance, on_cnp) and the timer
+    events due by then run in time order, so an event loop with a coarse tick loses nothing.
+    Every rate change is kept in `changes` as (t_ns, rate_bps)."""
+
+    def __init__(self, p: DcqcnParams):
+        self.p = p
+        self.d = Dcqcn(p)
+        self.tick_ns: int | None = None  # the next alpha tick (None before the first CNP)
+        self.increase_ns: int | None = None  # the next rate-increase event (None at line rate)
+        self.changes: list[tuple[int, float]] = []
+        self.cnps = 0
+
+    @property
+    def rate_bps(self) -> float:
+        return self.d.rc
+
+    def _ticks_until(self, t_ns: int) -> None:
+        while self.tick_ns is not None and self.tick_ns <= t_ns:
+            self.d.on_alpha_timer(self.tick_ns)
+            self.tick_ns += self.p.alpha_update_ns
+
+    def advance(self, t_ns: int, inclusive: bool = True) -> None:
+        """Run the timer events due by t_ns (a rate-increase event at exactly t_ns only when
+        inclusive: a CNP at the same instant goes first)."""
+        while self.increase_ns is not None and (self.increase_ns <= t_ns if inclusive else self.increase_ns < t_ns):
+            t = self.increase_ns
+            self._ticks_until(t)
+            self.d.on_increase_timer(t)
+            self.changes.append((t, self.d.rc))
+            line = self.p.line_rate_bps
+            self.increase_ns = t + self.p.rate_increase_ns if (self.d.rc < line or self.d.rt < line) else None
+        self._ticks_until(t_ns)
+
+    def on_cnp(self, t_ns: int) -> bool:
+        """A CNP reached the sender at t_ns; returns whether it cut the rate."""
+        self.cnps += 1
+        self.advance(t_ns, inclusive=False)
+        if self.tick_ns is None:
+            self.tick_ns = t_ns + self.p.alpha_update_ns
+        if not self.d.on_cnp(t_ns):
+            return False
+        self.changes.append((t_ns, self.d.rc))
+        self.increase_ns = t_ns + self.p.rate_increase_ns
+        return True

@@ -18,7 +18,7 @@ from testbed.congestion.mmu import headroom_bytes, xoff_bytes
 from testbed.congestion.red import mark_probability, per_25g
 from testbed.measure import congestion
 from testbed.referee.handbuilt import Net
-from traffic.dcqcn import Dcqcn
+from traffic.dcqcn import DcqcnQp
 
 G = 1_000_000_000
 
@@ -71,38 +71,15 @@ def test_marking_follows_the_configured_curve():
 
 
 def replay_reference(cnp_times: list[int], line_bps: float) -> list[tuple[int, float]]:
-    """traffic/dcqcn.py driven by the CNPs one QP took, with the program's timer rules: the alpha
-    timer ticks every alpha_update_ns from the first CNP (ticks at or before an event come first);
-    the rate-increase timer fires rate_increase_ns after each cut, then periodically until both
-    rates are back at line rate. Returns every rate change (t_ns, rate_bps)."""
-    prm = cc.dcqcn_params(None, line_bps)
-    d, out = Dcqcn(prm), []
-    a, inc = prm.alpha_update_ns, prm.rate_increase_ns
-    tick = inc_at = None
-    cnps = list(cnp_times)
-
-    def ticks_until(t):
-        nonlocal tick
-        while tick is not None and tick <= t:
-            d.on_alpha_timer(tick)
-            tick += a
-
-    while cnps or inc_at is not None:
-        if cnps and (inc_at is None or cnps[0] <= inc_at):
-            t = cnps.pop(0)
-            ticks_until(t)
-            if tick is None:
-                tick = t + a
-            if d.on_cnp(t):
-                out.append((t, d.rc))
-                inc_at = t + inc
-        else:
-            t = inc_at
-            ticks_until(t)
-            d.on_increase_timer(t)
-            out.append((t, d.rc))
-            inc_at = t + inc if (d.rc < line_bps or d.rt < line_bps) else None
-    return out
+    """traffic/dcqcn.py's DcqcnQp (the DCQCN machine with zlab's timer rules) driven by the CNPs
+    one QP took, run past the last CNP until its rates are back at line rate. Returns every rate
+    change (t_ns, rate_bps)."""
+    q = DcqcnQp(cc.dcqcn_params(None, line_bps))
+    for t in cnp_times:
+        q.on_cnp(t)
+    while q.increase_ns is not None:
+        q.advance(q.increase_ns)
+    return q.changes
 
 
 @pytest.mark.slow  # about 2 s: 900 MB through one 25 Gb/s port, twice

@@ -357,3 +357,85 @@ def test_apm_moves_a_stuck_qp_to_its_alternate_ports_and_completes(monkeypatch):
     assert conn.req.c.timeouts >= 1 and conn.req.c.retransmits > 0
     assert len(conn.stalls) == 1 and conn.stalls[0][1] - conn.stalls[0][0] >= 30_000_000
     agent.close()
+
+
+def test_dcqcn_in_the_agent_cnps_cut_the_sender_as_the_reference_does(monkeypatch):
+    """Fake datapath: one 'cable' g0-p0 -> g1-p0 as a datagram socket pair, with a 'switch' that
+    marks CE on every ECT frame during the first 30 ms of data. The receiver answers with CNPs,
+    at most one per 3 ms; the sender's DCQCN cuts on them. Checked: every data frame left ECT(0);
+    the CNP count respects the interval; each CNP reached the sender; the sender's rate changes
+    equal traffic/dcqcn.py's DcqcnQp fed the same CNP arrival times (the agent runs the timers
+    lazily, at whatever instants its loop wakes: the result must not depend on them); the message
+    arrives intact."""
+    import socket as so
+
+    from traffic import agent as ag
+    from traffic.dcqcn import DcqcnParams, DcqcnQp
+
+    a, b = so.socketpair(so.AF_UNIX, so.SOCK_DGRAM)
+    back_a, back_b = so.socketpair(so.AF_UNIX, so.SOCK_DGRAM)
+    for s in (a, b, back_a, back_b):
+        s.setblocking(False)
+    # g0-p0 sends on a, receives on back_b; g1-p0 receives on b, sends on back_a
+    socks = {"g0-p0": a, "g1-p0": b}
+    monkeypatch.setattr(ag, "open_packet_socket", lambda name, pid, buf: socks[name])
+    monkeypatch.setattr(ag, "socket_drops", lambda s: 0)
+    agent = ag.Agent(rc_opts={"rto_ns": 500_000_000}, cnp_interval_ns=3_000_000)
+    line = 40e6
+    for i, name in enumerate(socks):
+        agent.add_port(ag.PortSpec(name, name[:2], f"02:00:00:00:00:0{i}", f"10.0.0.{i + 1}", line))
+    prm = DcqcnParams(
+        line, alpha_update_ns=1_000_000, rate_decrease_ns=4_000_000, rate_increase_ns=5_000_000, min_rate_bps=line / 100
+    )
+    conn = agent.connect("g0-p0", "g1-p0", 50000, 1024, cc=DcqcnQp(prm))
+    seen = {"data": 0, "ect": 0, "marked": 0, "first": None}
+
+    def switch(frame):  # g0 -> g1: mark CE in the first 30 ms of data
+        p = roce.parse(frame)
+        now = ag.time.monotonic_ns()
+        if p.opcode != roce.ACKNOWLEDGE and p.opcode != roce.CNP:
+            seen["data"] += 1
+            seen["ect"] += p.ecn == roce.ECT0
+            seen["first"] = seen["first"] or now
+            if now - seen["first"] < 30_000_000:
+                frame = _set_ce(frame)
+                seen["marked"] += 1
+        return a.send(frame)
+
+    def g0_recv(n):
+        return back_b.recv(n)
+
+    fake_g0 = type("S", (), {"send": staticmethod(switch), "fileno": back_b.fileno, "recv": staticmethod(g0_recv)})
+    fake_g0.close = back_b.close
+    fake_g1 = type("S", (), {"send": back_a.send, "fileno": b.fileno, "recv": b.recv, "close": b.close})
+    agent.epoll.unregister(a.fileno())
+    agent.epoll.register(back_b.fileno(), ag.select.EPOLLIN)
+    agent._fd_port[back_b.fileno()] = agent.ports["g0-p0"]
+    monkeypatch.setattr(agent.ports["g0-p0"], "sock", fake_g0())
+    monkeypatch.setattr(agent.ports["g1-p0"], "sock", fake_g1())
+    cnp_at = []
+    real_on_cnp = conn.cc.on_cnp
+
+    def on_cnp(t):
+        cnp_at.append(t)
+        return real_on_cnp(t)
+
+    monkeypatch.setattr(conn.cc, "on_cnp", on_cnp)
+    agent.post(conn, 400_000)
+    assert agent.run(deadline_ns=ag.time.monotonic_ns() + 5_000_000_000)
+    (rec,) = agent.done
+    assert rec["integrity_ok"]
+    assert seen["ect"] == seen["data"] > 0 and seen["marked"] > 0
+    assert conn.ce_rx == seen["marked"] and 2 <= conn.cnps_tx <= 30_000_000 // 3_000_000 + 2
+    assert conn.cnps_rx == conn.cnps_tx == len(cnp_at)
+    ref = DcqcnQp(prm)
+    for t in cnp_at:
+        ref.on_cnp(t)
+    ref.advance(conn.cc.changes[-1][0])
+    assert conn.cc.changes == ref.changes and min(r for _, r in ref.changes) < line
+    print(
+        f"DCQCN in the agent: {seen['marked']} of {seen['data']} data frames marked CE, {conn.cnps_tx} CNPs, "
+        f"{len(ref.changes)} rate changes, lowest {min(r for _, r in ref.changes) / 1e6:.1f} of {line / 1e6:.0f} Mb/s"
+    )
+    agent.close()
+    back_a.close()
