@@ -162,6 +162,39 @@ class Marker:
             f"attaching the ECN marker to {dev}",
         )
 
+    def configure_many(self, cfgs: dict[int, PortConfig]) -> None:
+        """configure() for many ports in one bpftool process (a fabric has hundreds)."""
+        for c in cfgs.values():
+            if not 0 <= c.kmin_bytes <= c.kmax_bytes or not 0 < c.pmax <= 1 or c.bin_bytes <= 0:
+                raise ValueError(f"bad ECN port configuration {c}")
+        lines = [
+            " ".join(
+                ["map", "update", "pinned", str(self.maps / "cfg"), "key"]
+                + _hex(struct.pack("<I", i))
+                + ["value"]
+                + _hex(c.packed())
+            )
+            for i, c in cfgs.items()
+        ]
+        self._batch("bpftool", lines, "configuring ECN on the fabric's ports")
+
+    def attach_many(self, devs: list[str]) -> None:
+        """attach() for many ports in one tc process."""
+        lines = [f"qdisc add dev {d} clsact" for d in devs]
+        lines += [f"filter replace dev {d} egress bpf da pinned {self.prog}" for d in devs]
+        self._batch("tc", lines, "attaching the ECN marker to the fabric's ports")
+
+    def _batch(self, tool: str, lines: list[str], what: str) -> None:
+        if not lines:
+            return
+        batch = BUILD_DIR / f"{self.dir.name}.{tool}.batch"
+        batch.write_text("\n".join(lines) + "\n")
+        try:
+            cmd = ["bpftool", "batch", "file", str(batch)] if tool == "bpftool" else ["tc", "-batch", str(batch)]
+            _run(cmd, what)
+        finally:
+            batch.unlink(missing_ok=True)
+
     def reset(self, ifindex: int) -> None:
         """Forget a port's phantom queue (the next frame finds it empty)."""
         key = struct.pack("<I", ifindex)

@@ -20,8 +20,11 @@ from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
 
+from traffic import roce
 from traffic.agent import Agent
 
+from ..congestion import params as ccparams
+from ..emulation import congestion as emcc
 from ..emulation import failplan, losses, runfolder
 from ..emulation.agents import port_spec
 from ..emulation.calibrate import iperf3_udp
@@ -79,15 +82,59 @@ def run_fabric(exp: Experiment, fr: FabricRun, root: Path, log=print, bar=None) 
         live = LiveRun(lf.dir)
         calib = _calibrate(fr, live, log) if m["calibrate"] else None
         runfolder.update(lf.dir, calibration=calib, replays=[])
-        for rep in fr.repeats:
-            status, voided = _take(exp, fr, rep, lf, live, log, bar)
-            replays = read_json(lf.dir / "run.json")["replays"] + [
-                {"repeat": rep.index, "status": status, "voided_attempts": voided}
-            ]
-            runfolder.update(lf.dir, replays=replays)
-            if status != "complete":
-                break
+        cc = _congestion(exp, fr, lf, log)
+        try:
+            for rep in fr.repeats:
+                status, voided = _take(exp, fr, rep, lf, live, log, bar, cc)
+                replays = read_json(lf.dir / "run.json")["replays"] + [
+                    {"repeat": rep.index, "status": status, "voided_attempts": voided}
+                ]
+                runfolder.update(lf.dir, replays=replays)
+                if status != "complete":
+                    break
+        finally:
+            if cc is not None and cc.markers is not None:
+                cc.markers.stop()
     return lf.dir
+
+
+@dataclass
+class _Congestion:
+    """The spec's congestion section as this fabric runs it (testbed/emulation/congestion.py)."""
+
+    cfg: dict
+    scaling: emcc.Scaling
+    markers: emcc.FabricMarkers | None
+    coarse: list[str]  # ports whose ECN thresholds are below MIN_FRAMES emulated frames
+
+
+def _congestion(exp: Experiment, fr: FabricRun, lf: LiveFabric, log) -> _Congestion | None:
+    """Load and configure the ECN marker on every switch egress port when the section asks for
+    ECN; record the mode in run.json. None when the section is untouched (today's transport)."""
+    from .ns3engine import congestion_on
+
+    if not congestion_on(exp.spec):
+        return None
+    cfg = ccparams.validate(exp.spec["congestion"])
+    sc = emcc.Scaling(fr.plan.scaling.dilation, fr.plan.scaling.rate_scale, fr.plan.scaling.size_scale)
+    markers, coarse = None, []
+    if cfg["ecn_enabled"]:
+        configs, coarse = emcc.marker_configs(fr.fabric, cfg, sc, fr.emulation.mtu_bytes)
+        markers = emcc.FabricMarkers(lf.registry_id, configs).start(lf.registry)
+        log(
+            f"[zlab]   ECN marking on {len(configs)} switch egress ports"
+            + (f"; {len(coarse)} with Kmax below {emcc.MIN_FRAMES} frames: qualitative there" if coarse else "")
+        )
+    runfolder.update(
+        lf.dir,
+        emulation_congestion={
+            "mode": ccparams.describe(cfg),
+            "section": cfg,
+            "ecn_ports": 0 if markers is None else len(markers.configs),
+            "qualitative_ports": coarse,
+        },
+    )
+    return _Congestion(cfg, sc, markers, coarse)
 
 
 def _calibrate(fr: FabricRun, live: LiveRun, log) -> dict:
@@ -103,14 +150,16 @@ def _calibrate(fr: FabricRun, live: LiveRun, log) -> dict:
     return calib
 
 
-def _take(exp: Experiment, fr: FabricRun, rep: Repeat, lf: LiveFabric, live: LiveRun, log, bar) -> tuple[str, list]:
+def _take(
+    exp: Experiment, fr: FabricRun, rep: Repeat, lf: LiveFabric, live: LiveRun, log, bar, cc: _Congestion | None = None
+) -> tuple[str, list]:
     """Replay one repeat and judge it: a complete repeat the hypervisor's steal voided is set
     aside (raw/rep<k>.void<n>) and replayed with the same seed, up to the spec's steal_retakes;
     returns the last attempt's status and the voided attempts."""
     m = exp.measurement
     voided = []
     while True:
-        status = replay(exp, fr, rep, lf, live, log=log, bar=bar)
+        status = replay(exp, fr, rep, lf, live, log=log, bar=bar, cc=cc)
         reason = stolen(exp, lf.dir, rep.index) if status == "complete" else None
         if reason is None or len(voided) >= m["steal_retakes"]:
             return status, voided
@@ -138,18 +187,30 @@ def stolen(exp: Experiment, fdir: Path, repeat: int) -> str | None:
     return None
 
 
-def replay(exp: Experiment, fr: FabricRun, rep: Repeat, lf: LiveFabric, live: LiveRun, log=print, bar=None) -> str:
+def replay(
+    exp: Experiment,
+    fr: FabricRun,
+    rep: Repeat,
+    lf: LiveFabric,
+    live: LiveRun,
+    log=print,
+    bar=None,
+    cc: _Congestion | None = None,
+) -> str:
     """One repeat: its own collector, agent and raw/rep<k>/ records, on the fabric already up.
     Set up, connect the QPs, post the schedule, run it, collect what the repeat leaves behind,
     and always tear down, recording what was done; returns complete, timeout or incomplete."""
-    r = _set_up(exp, fr, rep, lf)
+    r = _set_up(exp, fr, rep, lf, cc)
     status = "incomplete"
     try:
-        queue = _connect(exp, fr, rep, live, r.agent)
+        queue = _connect(exp, fr, rep, live, r.agent, cc)
         drops_before = losses.snapshot(live, _vswitchd_pid())
+        marks_before = cc.markers.snapshot() if cc is not None and cc.markers is not None else None
         t0 = _post(fr, rep, lf, r, queue)
         status = _run(exp, rep, r, t0, len(queue), bar)
         _collect(fr, rep, live, r, drops_before, log)
+        if marks_before is not None:
+            cc.markers.write(r.raw, marks_before, cc.markers.snapshot(), cc.coarse)
     finally:
         _tear_down(r, lf, status, log)
     return status
@@ -167,7 +228,7 @@ class _Replay:
     injector: subprocess.Popen | None = None
 
 
-def _set_up(exp: Experiment, fr: FabricRun, rep: Repeat, lf: LiveFabric) -> _Replay:
+def _set_up(exp: Experiment, fr: FabricRun, rep: Repeat, lf: LiveFabric, cc: _Congestion | None = None) -> _Replay:
     """The repeat's folder with its plan and sampled ports, the queue collector running, an agent."""
     fab, plan, spec, m = fr.fabric, rep.plan, exp.spec, exp.measurement
     raw = lf.dir / "raw" / f"rep{rep.index}"
@@ -204,8 +265,14 @@ def _set_up(exp: Experiment, fr: FabricRun, rep: Repeat, lf: LiveFabric) -> _Rep
     lf.registry.process(collector.pid, "collector")
     records = JsonLines(raw / "transfers.jsonl")
     fp, fs = fr.failplan, spec["failures"]
+    extra = (
+        emcc.agent_options(cc.cfg, cc.scaling, roce.payload_per_packet(spec["deployment"]["path_mtu"]))
+        if cc is not None
+        else {}
+    )
     agent = Agent(
         records.write,
+        **extra,
         socket_buffer_bytes=spec["emulation"]["agent_socket_buffer_bytes"],
         stall_ns=int(fs["stall_emulated_s"] * 1e9) if fp else None,
         apm_timeouts=fs["apm_timeouts"] if fp and fp["recovery"] in ("host", "both") else None,
@@ -213,7 +280,9 @@ def _set_up(exp: Experiment, fr: FabricRun, rep: Repeat, lf: LiveFabric) -> _Rep
     return _Replay(f"{fr.label} {rep.index + 1}/{len(fr.repeats)}", raw, collector, records, agent)
 
 
-def _connect(exp: Experiment, fr: FabricRun, rep: Repeat, live: LiveRun, agent: Agent) -> list[tuple]:
+def _connect(
+    exp: Experiment, fr: FabricRun, rep: Repeat, live: LiveRun, agent: Agent, cc: _Congestion | None = None
+) -> list[tuple]:
     """One QP per (source, destination) port pair, with its alternate path when hosts recover
     from failures; returns the messages in posting order as (QP, message, transfer)."""
     fab, plan, fp = fr.fabric, rep.plan, fr.failplan
@@ -224,7 +293,14 @@ def _connect(exp: Experiment, fr: FabricRun, rep: Repeat, live: LiveRun, agent: 
         if key not in conns:
             agent.add_port(port_spec(live, msg.src_port))
             agent.add_port(port_spec(live, msg.dst_port))
-            conns[key] = agent.connect(msg.src_port, msg.dst_port, rep.qps[key], exp.spec["deployment"]["path_mtu"])
+            qp_cc = (
+                emcc.dcqcn(cc.cfg, port_spec(live, msg.src_port).rate_bps, cc.scaling)
+                if cc is not None and cc.cfg["cc"] == "dcqcn"
+                else None
+            )
+            conns[key] = agent.connect(
+                msg.src_port, msg.dst_port, rep.qps[key], exp.spec["deployment"]["path_mtu"], cc=qp_cc
+            )
             alt = (
                 failures.alternate(fab, msg.src_port, msg.dst_port)
                 if fp and fp["recovery"] in ("host", "both")

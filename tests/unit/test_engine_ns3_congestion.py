@@ -51,11 +51,30 @@ def test_bad_congestion_input_is_one_line_and_exit_2(tmp_path, capsys, sets, tex
     assert not (tmp_path / "res").exists()
 
 
-def test_the_emulation_refuses_a_congestion_section(tmp_path, capsys):
-    argv = ["run", "--set", "congestion.pfc_enabled=true", "--results", str(tmp_path / "res"), "--dry-run"]
+@pytest.mark.parametrize(
+    "sets, text",
+    [
+        (["congestion.pfc_enabled=true"], "no PFC-like pauses yet"),
+        (["congestion.link_delay_ns=5000"], "cannot set it"),
+        (["congestion.switch_latency_ns=100"], "cannot set it"),
+    ],
+)
+def test_the_emulation_refuses_what_it_cannot_run(tmp_path, capsys, sets, text):
+    """ECN and DCQCN the emulation runs; PFC and link delays it refuses, in one line, with nothing written."""
+    argv = ["run", "--results", str(tmp_path / "res"), "--dry-run"]
+    for s in sets:
+        argv += ["--set", s]
     assert zlab(argv) == 2
-    assert "--engine ns3" in capsys.readouterr().err
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and text in err[0] and "--engine ns3" in err[0]
     assert not (tmp_path / "res").exists()
+
+
+def test_the_emulation_takes_ecn_and_dcqcn(tmp_path, capsys):
+    argv = ["run", "--results", str(tmp_path / "res"), "--dry-run"]
+    for s in ("congestion.ecn_enabled=true", "congestion.cc=dcqcn"):
+        argv += ["--set", s]
+    assert zlab(argv) == 0, capsys.readouterr().err
 
 
 @pytest.fixture(scope="module")

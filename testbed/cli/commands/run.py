@@ -50,9 +50,9 @@ def _ns3_experiment(args):
 
     if spec["engine"] != "ns3":
         if ns3engine.congestion_on(spec):
-            raise UserInputError(
-                "congestion: the emulation does not run ECN, PFC or DCQCN yet; run the section with --engine ns3"
-            )
+            from ...emulation.congestion import refuse
+
+            refuse(spec)  # PFC and link delays: engine ns3 only
         return None
     if args.preset != "as-given" or args.precision is not None:
         raise UserInputError("engine ns3 runs at real scale: --preset and --precision are the emulation's")

@@ -1,0 +1,44 @@
+"""The congestion section converted to the emulation's units (testbed/emulation/congestion.py),
+hand-worked: thresholds per 25 Gb/s x size scale, DCQCN timers x dilation, windows in frames."""
+
+from testbed.emulation import congestion as emcc
+from testbed.fabric import build_fabric
+
+SC = emcc.Scaling(dilation=20.0, rate_scale=1.25e-5, size_scale=2.5e-4)  # the default spec's scaling
+
+
+def test_thresholds_scale_per_25g_then_by_size_scale():
+    # 400 Gb/s: Kmin 100 KB x 16 = 1.6 MB real -> 400 B emulated; Kmax 6.4 MB -> 1,600 B
+    assert emcc.port_thresholds({"ecn_enabled": True}, 400e9, SC) == (400, 1600)
+    big = {"ecn_enabled": True, "ecn_kmin_bytes_per_25g": 9_000_000, "ecn_kmax_bytes_per_25g": 36_000_000}
+    assert emcc.port_thresholds(big, 400e9, SC) == (36_000, 144_000)
+
+
+def test_every_switch_egress_port_is_configured_and_coarse_ones_named():
+    fab = build_fabric("zcube:n=4,gpus_per_server=4")
+    switch_ports = [p for p in fab.ports if fab.nodes[p.node].role == "switch" and fab.port_link[p.id] >= 0]
+    cfgs, coarse = emcc.marker_configs(fab, {"ecn_enabled": True}, SC, frame_bytes=9000)
+    assert set(cfgs) == {p.name for p in switch_ports} and sorted(coarse) == sorted(cfgs)  # 1,600 B < 4 frames
+    p = switch_ports[0]
+    c = cfgs[p.name]
+    assert c.rate_bytes_per_s == round(p.rate_bps * SC.rate_scale / 8) and c.pmax == 0.2
+    # every switch port is 200 Gb/s: Kmax 18 MB per 25G is 144 MB real, 36,000 B emulated, exactly 4 frames
+    at4 = {"ecn_enabled": True, "ecn_kmin_bytes_per_25g": 9_000_000, "ecn_kmax_bytes_per_25g": 18_000_000}
+    assert emcc.marker_configs(fab, at4, SC, frame_bytes=9000)[1] == []
+    below = dict(at4, ecn_kmax_bytes_per_25g=17_000_000)  # 34,000 B: under 4 frames
+    assert len(emcc.marker_configs(fab, below, SC, frame_bytes=9000)[1]) == len(switch_ports)
+
+
+def test_dcqcn_timers_take_the_dilation_and_rates_the_rate_scale():
+    q = emcc.dcqcn({"ecn_enabled": True, "cc": "dcqcn"}, 5e6, SC)  # a 400 Gb/s port emulated at 5 Mb/s
+    p = q.p
+    assert (p.alpha_update_ns, p.rate_decrease_ns, p.rate_increase_ns) == (20_000, 80_000, 6_000_000)
+    assert p.min_rate_bps == 1e9 * SC.rate_scale and p.line_rate_bps == 5e6
+    assert abs(p.ai_bps - 5e6 * 5e6 / 25e9) < 1e-9  # per 25 Gb/s of the (emulated) line rate
+
+
+def test_agent_options_cnps_and_windows():
+    o = emcc.agent_options({"ecn_enabled": True, "cc": "dcqcn", "window_pkts": 0}, SC, 4096)
+    assert o == {"cnp_interval_ns": 1_000_000, "rc_opts": {"window_pkts": emcc.NO_WINDOW_PKTS}}
+    o = emcc.agent_options({"ecn_enabled": True, "window_bytes": 100_000_000}, SC, 4096)
+    assert o == {"cnp_interval_ns": None, "rc_opts": {"window_pkts": 7}}  # 25,000 emulated B / 4,096
