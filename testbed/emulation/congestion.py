@@ -27,7 +27,6 @@ BIN_FRACTION = 16  # counter bins: Kmax / 16 wide, so 32 bins reach 2 x Kmax
 NO_WINDOW_PKTS = 1 << 22  # half the 24-bit PSN space: the go-back-N window cannot be larger
 
 
-
 def refuse(spec: dict) -> None:
     """One line (UserInputError, exit 2) for what the emulation cannot run, before anything starts."""
     c = ccparams.validate(spec.get("congestion"))
@@ -143,12 +142,21 @@ class FabricMarkers:
     def snapshot(self) -> dict:
         """{port: {"frames": [per bin], "marked": [per bin], "max_queue_bytes": phantom max}}."""
         by_index = {i: d for d, i in self.ifindex.items()}
-        out = {d: {"frames": [0] * ecn.NBINS, "marked": [0] * ecn.NBINS, "max_queue_bytes": 0} for d in self.configs}
+        out = {
+            d: {
+                "frames": [0] * ecn.NBINS,
+                "marked": [0] * ecn.NBINS,
+                "unmarkable": [0] * ecn.NBINS,
+                "max_queue_bytes": 0,
+            }
+            for d in self.configs
+        }
         for r in self.marker.counters().itertuples():
             dev = by_index.get(int(r.ifindex))
             if dev is not None:
                 out[dev]["frames"][int(r.bin)] = int(r.frames)
                 out[dev]["marked"][int(r.bin)] = int(r.marked)
+                out[dev]["unmarkable"][int(r.bin)] = int(r.unmarkable)
         for r in self.marker.queues().itertuples():
             dev = by_index.get(int(r.ifindex))
             if dev is not None:
@@ -159,11 +167,10 @@ class FabricMarkers:
         """raw/rep<k>/ecn.json: what the marker did during one repeat (counter deltas per port)."""
         ports = {}
         for dev, a in after.items():
-            b = before.get(dev, {"frames": [0] * ecn.NBINS, "marked": [0] * ecn.NBINS})
+            b = before[dev]
             ports[dev] = {
                 "config": vars(self.configs[dev]),
-                "frames": [x - y for x, y in zip(a["frames"], b["frames"])],
-                "marked": [x - y for x, y in zip(a["marked"], b["marked"])],
+                **{k: [x - y for x, y in zip(a[k], b[k])] for k in ("frames", "marked", "unmarkable")},
                 "phantom_max_queue_bytes": a["max_queue_bytes"],
             }
         write_json(raw / "ecn.json", {"bins": ecn.NBINS, "qualitative_ports": coarse, "ports": ports})

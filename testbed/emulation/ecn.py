@@ -109,7 +109,7 @@ class Marker:
     `queues` read it; `unload` removes the pins (the caller records the directory first)."""
 
     def __init__(self, name: str):
-        self.dir = PIN_ROOT / name
+        self.dir = PIN_ROOT / name.replace(".", "_")  # bpffs refuses names with a dot
         self.prog = self.dir / "prog"
         self.maps = self.dir / "maps"
 
@@ -206,13 +206,15 @@ class Marker:
         return json.loads(_run(["bpftool", "-j", "map", "dump", "pinned", str(self.maps / name)], f"reading {name}"))
 
     def counters(self) -> pd.DataFrame:
-        """(ifindex, bin, frames, marked): ECT frames the program saw per port with the phantom
-        backlog ahead of them in [bin, bin + 1) x bin_bytes (the last bin: everything deeper)."""
+        """(ifindex, bin, frames, marked, unmarkable): ECT frames the program saw per port with the
+        phantom backlog ahead of them in [bin, bin + 1) x bin_bytes (the last bin: everything
+        deeper), those it marked CE, and those the curve chose but the kernel could not mark."""
         rows = []
         for e in self._dump("bins"):
             key, v = e["formatted"]["key"], e["formatted"]["value"]
-            rows.append((key >> 32, key & 0xFFFFFFFF, v["frames"], v["marked"]))
-        return pd.DataFrame(rows, columns=["ifindex", "bin", "frames", "marked"]).sort_values(["ifindex", "bin"])
+            rows.append((key >> 32, key & 0xFFFFFFFF, v["frames"], v["marked"], v["unmarkable"]))
+        cols = ["ifindex", "bin", "frames", "marked", "unmarkable"]
+        return pd.DataFrame(rows, columns=cols).sort_values(["ifindex", "bin"])
 
     def queues(self) -> pd.DataFrame:
         """(ifindex, queue_bytes, max_queue_bytes, last_ns): each port's phantom queue now."""

@@ -118,7 +118,8 @@ def clean_run(
                     run(["ip", "netns", "del", r["name"]])
                 done.append(f"netns {r['name']}")
     for r in rec.resources:  # after the links: a pinned program is detached from nothing by then
-        if r["type"] == "bpf-pin" and Path(r["path"]).is_relative_to(BPF_PIN_ROOT) and Path(r["path"]).exists():
+        # os.path.exists: bpffs answers EPERM for a name it could never hold (one with a dot)
+        if r["type"] == "bpf-pin" and Path(r["path"]).is_relative_to(BPF_PIN_ROOT) and os.path.exists(r["path"]):
             if not dry_run:
                 shutil.rmtree(r["path"])
             done.append(f"bpf pins {r['path']}")

@@ -4,7 +4,7 @@ its scale factors and what one frame stands for, and which published numbers are
 
 from __future__ import annotations
 
-from . import congestion
+from . import congestion, emcongestion
 
 # spec §5, production figures, and whether this run measures anything comparable
 PUBLISHED = [
@@ -151,6 +151,9 @@ def markdown(run: dict, exp: dict, metrics: dict, plots: list[str]) -> str:
         ttft_decomposed(fabs),
         every_repeat(fabs),
         congestion.markdown(metrics["congestion"], list(fabs)) if "congestion" in metrics else [],
+        emcongestion.markdown(metrics["emulation_congestion"], list(fabs), run.get("transport", TRANSPORT))
+        if "emulation_congestion" in metrics
+        else [],
         fidelity_checks(exp["spec"]["measurement"], fabs),
         setup(exp, list(fabs), run),
         published(),

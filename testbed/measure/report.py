@@ -13,7 +13,7 @@ import pandas as pd
 
 from ..errors import RuntimeFailure, UserInputError
 from ..records import read_json, write_json
-from . import congestion, draws, failures, markdown, plots
+from . import congestion, draws, emcongestion, failures, markdown, plots
 from .metrics import comparison, fabric_summary, repeat_metrics
 from .tables import FabricData
 
@@ -107,6 +107,10 @@ def build(root: Path) -> dict:
             plots.dcqcn_rates({lab: congestion.rate_changes(fd) for lab, fd in first.items()}, root / "plots"),
             plots.port_queue_bytes({lab: congestion.port_queues(fd) for lab, fd in first.items()}, root / "plots"),
         ]
+    if emcongestion.active(datas):  # the emulation ran the congestion section's ECN and DCQCN
+        metrics["emulation_congestion"] = emcongestion.summary(datas)
+        modes = {fd.run["emulation_congestion"]["mode"] for reps in datas.values() for fd in reps}
+        run = dict(run, transport="agents' RoCE transport: " + "; ".join(sorted(modes)))
     write_json(root / "metrics.json", metrics, sort_keys=False)
     text = markdown.markdown(run, exp, metrics, made)
     referee = root / "referee" / "report.md"  # written by `zlab referee`; kept across report rebuilds

@@ -21,6 +21,7 @@ from ..records import read_jsonl as _jsonl
 # RoCE frame bytes around a packet's payload: Ethernet 14, IPv4 20, UDP 8, BTH 12, ICRC 4;
 # the first packet of a WRITE also carries a RETH (16). An ACK/NAK frame is 62 bytes.
 FRAME_OVERHEAD_BYTES, RETH_BYTES, ACK_FRAME_BYTES = 58, 16, 62
+CNP_FRAME_BYTES = 74  # Ethernet 14 + IPv4 20 + UDP 8 + BTH 12 + 16 reserved + ICRC 4 (traffic/roce.py)
 PROBE_FRAME_MAX_BYTES = 72  # a link probe: 57 + digits(seq) bytes of LLDP (seq < 10**15), rounded up
 PACER_SLACK_S = 1e-3  # the agent's pacer may bank one event-loop tick (1 ms) of line rate
 
@@ -283,7 +284,7 @@ class FabricData:
 
     def link_bytes(self) -> pd.DataFrame:
         """Model vs emulation, link by link: every QP's bytes (data forward, retransmissions
-        included, from the agent's counters; ACK/NAK frames back) walked through the model's
+        included, from the agent's counters; ACK/NAK and CNP frames back) walked through the model's
         tables with the QP's actual UDP source port, summed per switch egress port, against the
         bytes each egress queue counted during the replay."""
         fab = self.fabric
@@ -299,7 +300,11 @@ class FabricData:
             sport = np.array([q["sport"] for q in qps] * 2)
             volume = np.array(
                 [q["requester"]["bytes"] for q in qps]
-                + [ACK_FRAME_BYTES * (q["responder"]["acks"] + q["responder"]["naks"]) for q in qps],
+                + [
+                    ACK_FRAME_BYTES * (q["responder"]["acks"] + q["responder"]["naks"])
+                    + CNP_FRAME_BYTES * q.get("ecn", {}).get("cnps_tx", 0)  # DCQCN's CNPs go back too
+                    for q in qps
+                ],
                 dtype=float,
             )
             w = walk(fab, src, dst, sport)

@@ -35,7 +35,8 @@ struct port_state {
 
 struct bin_count {
   __u64 frames;            // ECT frames seen with the queue ahead in this bin
-  __u64 marked;
+  __u64 marked;            // frames the curve chose that left CE-marked
+  __u64 unmarkable;        // frames the curve chose that the kernel could not mark (must stay 0)
 };
 
 struct {
@@ -95,7 +96,14 @@ int ecn_marker(struct __sk_buff *skb) {
   else if (ahead > c->kmin_bytes && c->kmax_bytes > c->kmin_bytes)
     p_ppm = c->pmax_ppm * (ahead - c->kmin_bytes) / (c->kmax_bytes - c->kmin_bytes);
   int mark = p_ppm && (p_ppm >= 1000000 || bpf_get_prandom_u32() % 1000000 < p_ppm);
-  if (mark) bpf_skb_ecn_set_ce(skb);
+  int failed = 0;
+  if (mark) {
+    // a frame from a packet socket's ring (OVS userspace sends that way) may hold only its
+    // Ethernet header in the linear part; the helper then cannot reach the IP header and does
+    // nothing, so pull the IP header in first
+    bpf_skb_pull_data(skb, ETH_HLEN + 20);
+    if (bpf_skb_ecn_set_ce(skb) != 1) { mark = 0; failed = 1; }
+  }
 
   __u64 bin = c->bin_bytes ? ahead / c->bin_bytes : 0;
   if (bin >= NBINS) bin = NBINS - 1;
@@ -109,6 +117,7 @@ int ecn_marker(struct __sk_buff *skb) {
   }
   __sync_fetch_and_add(&b->frames, 1);
   if (mark) __sync_fetch_and_add(&b->marked, 1);
+  if (failed) __sync_fetch_and_add(&b->unmarkable, 1);
   return TC_ACT_OK;
 }
 

@@ -1,0 +1,111 @@
+"""The emulation's congestion signals, from a run whose fabrics ran the congestion section's ECN
+and DCQCN (run.json "emulation_congestion"): ECN marks at the switches (the BPF marker's
+counters, raw/rep<k>/ecn.json), CE-marked frames and CNPs at the NICs and each QP's DCQCN rate
+changes (the agent's counters.json), per fabric with 95 % intervals over repeats.
+
+Why apart from congestion.py: the packet engine's records are ns-3's files; these are the
+marker's and the agents'. It fails closed like it: a fabric that says it marked but has no
+marker record, or whose marker chose frames the kernel could not mark, voids the result.
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+from .congestion import CongestionRecordsMissing
+from .stats import ci95
+
+KEYS = ("ect_frames", "marks", "marked_fraction", "ce_rx", "cnps_tx", "cnps_rx", "rate_changes", "lowest_rate_fraction")
+
+
+def repeat_summary(fd) -> dict:
+    """One repeat of one fabric. ect_frames counts ECT frames at every switch egress they left
+    (a frame crossing three switches counts three times); marks, those marked there."""
+    mode = fd.run.get("emulation_congestion") or {}
+    out = {
+        "repeat": fd.repeat,
+        "ect_frames": 0,
+        "marks": 0,
+        "qualitative_ports": len(mode.get("qualitative_ports", [])),
+    }
+    if mode.get("ecn_ports"):
+        path = Path(fd.raw) / "ecn.json"
+        if not path.exists():
+            raise CongestionRecordsMissing(f"{path}: missing; the fabric ran the ECN marker, so the result is void")
+        ports = json.loads(path.read_text())["ports"]
+        bad = {p: sum(v["unmarkable"]) for p, v in ports.items() if sum(v["unmarkable"])}
+        if bad:
+            port, n = next(iter(bad.items()))
+            raise CongestionRecordsMissing(
+                f"{path}: the kernel could not mark {n} frame(s) the curve chose at {port}; the marking is void"
+            )
+        out["ect_frames"] = sum(sum(v["frames"]) for v in ports.values())
+        out["marks"] = sum(sum(v["marked"]) for v in ports.values())
+    qps = fd.counters.get("qps")
+    if qps is None:
+        raise CongestionRecordsMissing(f"{fd.raw}/counters.json: no QP counters; the CNP figures are void")
+    missing = [q["qp"] for q in qps if "ecn" not in q]
+    if missing:
+        raise CongestionRecordsMissing(f"{fd.raw}/counters.json: QP {missing[0]} has no ECN counters; void")
+    out["marked_fraction"] = out["marks"] / out["ect_frames"] if out["ect_frames"] else 0.0
+    out["ce_rx"] = sum(q["ecn"]["ce_rx"] for q in qps)
+    out["cnps_tx"] = sum(q["ecn"]["cnps_tx"] for q in qps)
+    out["cnps_rx"] = sum(q["ecn"]["cnps_rx"] for q in qps)
+    changes = [q["ecn"]["rate_changes"] for q in qps]
+    out["rate_changes"] = sum(len(c) for c in changes)
+    lows = []
+    for q, c in zip(qps, changes):
+        if c:
+            line = fd.port_rate_bps([q["src"]])[0]
+            lows.append(min(r for _, r in c) / line)
+    out["lowest_rate_fraction"] = min(lows) if lows else 1.0
+    return out
+
+
+def summary(datas: dict) -> dict:
+    """Per fabric: each repeat's figures and mean ± 95 % CI of each."""
+    out = {}
+    for label, reps in datas.items():
+        rows = [repeat_summary(fd) for fd in reps]
+        out[label] = {"repeats": rows, **{k: ci95([r[k] for r in rows]) for k in KEYS}}
+    return out
+
+
+def active(datas: dict) -> bool:
+    return any(fd.run.get("emulation_congestion") for reps in datas.values() for fd in reps)
+
+
+def markdown(cong: dict, labels: list[str], mode: str) -> list[str]:
+    def c(x: dict, scale: float = 1.0, fmt: str = "{:.0f}") -> str:
+        if x["mean"] is None:
+            return "—"
+        s = fmt.format(x["mean"] * scale)
+        return s + (f" ± {fmt.format(x['ci95'] * scale)}" if x["ci95"] is not None else "")
+
+    lines = [
+        "## Congestion (emulation: ECN marking, CNPs, DCQCN)",
+        "",
+        f"Mode: {mode}. Mean ± 95 % CI over repeats. ECT frames and marks are counted at every switch egress port a "
+        "frame left (the BPF marker's counters); CE frames and CNPs at the NICs; the lowest DCQCN rate is a "
+        "fraction of the QP's line rate.",
+        "",
+        "| fabric | ECT frames at switch ports | marks | marked % | CE frames received | CNPs sent | CNPs received "
+        "| DCQCN rate changes | lowest rate (% of line) | qualitative ports |",
+        "|---|---|---|---|---|---|---|---|---|---|",
+    ]
+    for lab in labels:
+        f = cong[lab]
+        q = f["repeats"][0]["qualitative_ports"]
+        lines.append(
+            f"| {lab} | {c(f['ect_frames'])} | {c(f['marks'])} | {c(f['marked_fraction'], 100, '{:.1f}')} | "
+            f"{c(f['ce_rx'])} | {c(f['cnps_tx'])} | {c(f['cnps_rx'])} | {c(f['rate_changes'])} | "
+            f"{c(f['lowest_rate_fraction'], 100, '{:.1f}')} | {q} |"
+        )
+    if any(cong[lab]["repeats"][0]["qualitative_ports"] for lab in labels):
+        lines += [
+            "",
+            "Ports whose Kmax is below 4 emulated frames mark on a queue the emulation cannot resolve: there the "
+            "marking is qualitative (docs/congestion.md, the emulation).",
+        ]
+    return lines
