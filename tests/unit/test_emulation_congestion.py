@@ -42,3 +42,48 @@ def test_agent_options_cnps_and_windows():
     assert o == {"cnp_interval_ns": 1_000_000, "rc_opts": {"window_pkts": emcc.NO_WINDOW_PKTS}}
     o = emcc.agent_options({"ecn_enabled": True, "window_bytes": 100_000_000}, SC, 4096)
     assert o == {"cnp_interval_ns": None, "rc_opts": {"window_pkts": 7}}  # 25,000 emulated B / 4,096
+
+
+def _fake_fd(tmp_path, ecn_ports=None, qps=None, ecn_doc=True):
+    import json
+    from types import SimpleNamespace as NS
+
+    import numpy as np
+
+    raw = tmp_path / "raw"
+    raw.mkdir(parents=True, exist_ok=True)
+    if ecn_doc:
+        (raw / "ecn.json").write_text(json.dumps({"bins": 2, "qualitative_ports": [], "ports": ecn_ports or {}}))
+    run = {"emulation_congestion": {"mode": "lossy + DCQCN", "ecn_ports": len(ecn_ports or {}) or 1}}
+    counters = {"qps": qps if qps is not None else []}
+    return NS(raw=raw, repeat=0, run=run, counters=counters, port_rate_bps=lambda ports: np.array([5e6] * len(ports)))
+
+
+def test_the_emulation_summary_adds_up_the_marker_and_the_agents(tmp_path):
+    from testbed.measure import emcongestion
+
+    ports = {
+        "za0-p1": {"frames": [10, 5], "marked": [0, 5], "unmarkable": [0, 0]},
+        "zb0-p2": {"frames": [4, 0], "marked": [1, 0], "unmarkable": [0, 0]},
+    }
+    ecn = {"ce_rx": 6, "cnps_tx": 3, "cnps_rx": 3, "rate_changes": [[1, 2.5e6], [2, 4e6]]}
+    qps = [{"qp": 0, "src": "g0-p0", "ecn": ecn}, {"qp": 1, "src": "g1-p0", "ecn": dict(ecn, rate_changes=[])}]
+    r = emcongestion.repeat_summary(_fake_fd(tmp_path, ports, qps))
+    assert (r["ect_frames"], r["marks"], r["ce_rx"], r["cnps_tx"], r["rate_changes"]) == (19, 6, 12, 6, 2)
+    assert abs(r["marked_fraction"] - 6 / 19) < 1e-12 and r["lowest_rate_fraction"] == 0.5
+
+
+def test_the_emulation_summary_fails_closed(tmp_path):
+    import pytest
+
+    from testbed.measure import emcongestion
+    from testbed.measure.congestion import CongestionRecordsMissing
+
+    with pytest.raises(CongestionRecordsMissing, match="ecn.json: missing"):
+        emcongestion.repeat_summary(_fake_fd(tmp_path / "a", qps=[], ecn_doc=False))
+    bad = {"za0-p1": {"frames": [3, 0], "marked": [1, 0], "unmarkable": [2, 0]}}
+    with pytest.raises(CongestionRecordsMissing, match="could not mark 2"):
+        emcongestion.repeat_summary(_fake_fd(tmp_path / "b", bad, qps=[]))
+    ok = {"za0-p1": {"frames": [3, 0], "marked": [1, 0], "unmarkable": [0, 0]}}
+    with pytest.raises(CongestionRecordsMissing, match="no ECN counters"):
+        emcongestion.repeat_summary(_fake_fd(tmp_path / "c", ok, qps=[{"qp": 4, "src": "g0-p0"}]))
