@@ -126,6 +126,13 @@ FIGURES = {
             (PY, "-m", "pytest", "-q", "-s", "-p", "no:cacheprovider", "tests/unit/test_packet_engine_cc.py"),
         ),
         Figure(
+            "dcqcn-engines",
+            "the same incast with ECN + DCQCN in the emulation and in ns-3, at HPCC's real parameters",
+            (PY, "scripts/bench/dcqcn_engines.py", "--repeats", "3"),
+            root=True,
+            timeout_s=3600,
+        ),
+        Figure(
             "ns3-speed",
             "engine ns3's wall and CPU seconds per real GB, one repeat and repeats on every core, with and without PFC/ECN/DCQCN",
             (PY, "scripts/bench/ns3_engine.py", "--requests", "10"),
