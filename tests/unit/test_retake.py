@@ -58,7 +58,7 @@ def test_steal_voided_repeats_are_retaken_and_kept(tmp_path, monkeypatch, retake
     _fake_lab(monkeypatch, fdir)
     seen = []
 
-    def fake_replay(exp, fr, rep, lf, live, log=print, bar=None):
+    def fake_replay(exp, fr, rep, lf, live, log=print, bar=None, cc=None):
         (lf.dir / "raw" / f"rep{rep.index}").mkdir(parents=True)
         seen.append(rep.index)
         return "complete"
