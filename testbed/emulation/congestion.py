@@ -51,11 +51,6 @@ class Scaling:
     rate_scale: float
     size_scale: float
 
-    @classmethod
-    def of(cls, resolved: dict) -> Scaling:
-        s = resolved["scaling"]
-        return cls(s["dilation"], s["rate_scale"], s["size_scale"])
-
 
 def port_thresholds(cfg: dict, port_rate_real_bps: float, sc: Scaling) -> tuple[int, int]:
     """(Kmin, Kmax) in emulated bytes for a port of this real rate: per 25 Gb/s, then x sigma."""

@@ -134,23 +134,7 @@ class Marker:
         return self
 
     def configure(self, ifindex: int, cfg: PortConfig) -> None:
-        if not 0 <= cfg.kmin_bytes <= cfg.kmax_bytes or not 0 < cfg.pmax <= 1 or cfg.bin_bytes <= 0:
-            raise ValueError(f"bad ECN port configuration {cfg}")
-        key = struct.pack("<I", ifindex)
-        _run(
-            [
-                "bpftool",
-                "map",
-                "update",
-                "pinned",
-                str(self.maps / "cfg"),
-                "key",
-                *_hex(key),
-                "value",
-                *_hex(cfg.packed()),
-            ],
-            f"configuring ECN on ifindex {ifindex}",
-        )
+        self.configure_many({ifindex: cfg})
 
     def attach(self, dev: str) -> None:
         """clsact on the port (its htb root qdisc stays) and the pinned program on egress."""
