@@ -30,7 +30,7 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
 from testbed.measure.collector import LEAF_HANDLE, cpu_seconds, machine_cpu  # noqa: E402
-from testbed.measure.qdisc_netlink import QdiscReader  # noqa: E402
+from testbed.qdisc_netlink import QdiscReader  # noqa: E402
 
 OPTIONS = ("system", "afxdp-nonpmd", "afxdp", "kernel")
 ETH_IP_UDP = 14 + 20 + 8

@@ -133,6 +133,13 @@ FIGURES = {
             timeout_s=3600,
         ),
         Figure(
+            "lossless-incast",
+            "an incast in the emulation's lossless mode: pauses, drops, reaction time",
+            (PY, "-m", "pytest", "-q", "-s", "-p", "no:cacheprovider", "tests/root/test_emulation_lossless_e2e.py"),
+            root=True,
+            timeout_s=1800,
+        ),
+        Figure(
             "ns3-speed",
             "engine ns3's wall and CPU seconds per real GB, one repeat and repeats on every core, with and without PFC/ECN/DCQCN",
             (PY, "scripts/bench/ns3_engine.py", "--requests", "10"),

@@ -32,11 +32,6 @@ def refuse(spec: dict) -> None:
     c = ccparams.validate(spec.get("congestion"))
     d = ccparams.defaults()
     where = "spec error at congestion"
-    if c["pfc_enabled"]:
-        raise UserInputError(
-            f"{where}.pfc_enabled: the emulation has no PFC-like pauses yet (ECN and DCQCN it has); "
-            "run lossless mode with --engine ns3"
-        )
     for key in ("link_delay_ns", "switch_latency_ns"):
         if c[key] != d[key]:
             raise UserInputError(

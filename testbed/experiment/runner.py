@@ -25,8 +25,8 @@ from traffic.agent import Agent
 
 from ..congestion import params as ccparams
 from ..emulation import congestion as emcc
-from ..emulation import failplan, losses, runfolder
-from ..emulation.agents import port_spec
+from ..emulation import failplan, losses, pauses, runfolder
+from ..emulation.agents import port_spec, run_config
 from ..emulation.calibrate import iperf3_udp
 from ..emulation.config import LabFailure
 from ..emulation.probes import LiveRun, prove_path
@@ -82,7 +82,7 @@ def run_fabric(exp: Experiment, fr: FabricRun, root: Path, log=print, bar=None) 
         live = LiveRun(lf.dir)
         calib = _calibrate(fr, live, log) if m["calibrate"] else None
         runfolder.update(lf.dir, calibration=calib, replays=[])
-        cc = _congestion(exp, fr, lf, log)
+        cc = _congestion(exp, fr, lf, live, log)
         try:
             for rep in fr.repeats:
                 status, voided = _take(exp, fr, rep, lf, live, log, bar, cc)
@@ -106,11 +106,13 @@ class _Congestion:
     scaling: emcc.Scaling
     markers: emcc.FabricMarkers | None
     coarse: list[str]  # ports whose ECN thresholds are below MIN_FRAMES emulated frames
+    gates: dict | None = None  # lossless mode: every transmitter's tbf gate (testbed/emulation/pauses.py)
 
 
-def _congestion(exp: Experiment, fr: FabricRun, lf: LiveFabric, log) -> _Congestion | None:
+def _congestion(exp: Experiment, fr: FabricRun, lf: LiveFabric, live: LiveRun, log) -> _Congestion | None:
     """Load and configure the ECN marker on every switch egress port when the section asks for
-    ECN; record the mode in run.json. None when the section is untouched (today's transport)."""
+    ECN; in lossless mode put a tbf gate under every port's shaper; record the mode in run.json.
+    None when the section is untouched (today's transport)."""
     from .ns3engine import congestion_on
 
     if not congestion_on(exp.spec):
@@ -125,6 +127,18 @@ def _congestion(exp: Experiment, fr: FabricRun, lf: LiveFabric, log) -> _Congest
             f"[zlab]   ECN marking on {len(configs)} switch egress ports"
             + (f"; {len(coarse)} with Kmax below {emcc.MIN_FRAMES} frames: qualitative there" if coarse else "")
         )
+    gates = None
+    if cfg["pfc_enabled"]:
+        gates = pauses.gate_table(fr.fabric, live, run_config(live), cfg, sc.size_scale)
+        g = pauses.Gates(gates)
+        try:
+            g.install()
+        finally:
+            g.close()
+        log(
+            f"[zlab]   lossless: a tbf gate under the shaper of {len(gates)} ports, egress backlogs sampled every "
+            f"{pauses.period_us(cfg, sc.dilation)} us"
+        )
     runfolder.update(
         lf.dir,
         emulation_congestion={
@@ -132,9 +146,11 @@ def _congestion(exp: Experiment, fr: FabricRun, lf: LiveFabric, log) -> _Congest
             "section": cfg,
             "ecn_ports": 0 if markers is None else len(markers.configs),
             "qualitative_ports": coarse,
+            "pause_period_us": pauses.period_us(cfg, sc.dilation) if gates else None,
+            "dilation": sc.dilation,
         },
     )
-    return _Congestion(cfg, sc, markers, coarse)
+    return _Congestion(cfg, sc, markers, coarse, gates)
 
 
 def _calibrate(fr: FabricRun, live: LiveRun, log) -> dict:
@@ -226,6 +242,7 @@ class _Replay:
     records: JsonLines
     agent: Agent
     injector: subprocess.Popen | None = None
+    pauser: subprocess.Popen | None = None
 
 
 def _set_up(exp: Experiment, fr: FabricRun, rep: Repeat, lf: LiveFabric, cc: _Congestion | None = None) -> _Replay:
@@ -277,7 +294,17 @@ def _set_up(exp: Experiment, fr: FabricRun, rep: Repeat, lf: LiveFabric, cc: _Co
         stall_ns=int(fs["stall_emulated_s"] * 1e9) if fp else None,
         apm_timeouts=fs["apm_timeouts"] if fp and fp["recovery"] in ("host", "both") else None,
     )
-    return _Replay(f"{fr.label} {rep.index + 1}/{len(fr.repeats)}", raw, collector, records, agent)
+    pauser = None
+    if cc is not None and cc.gates is not None:
+        flows = [(s, d, sport) for (s, d), sport in rep.qps.items()]
+        write_json(raw / "pause_plan.json", pauses.plan(fab, cc.cfg, cc.scaling.size_scale, flows, cc.gates))
+        pauser = subprocess.Popen(
+            [sys.executable, "-m", "testbed.emulation.pauses", str(raw / "pause_plan.json"), str(raw)]
+            + ["--period-us", str(pauses.period_us(cc.cfg, cc.scaling.dilation))],
+            stderr=open(raw / "pauser.log", "w"),
+        )
+        lf.registry.process(pauser.pid, "pauser")
+    return _Replay(f"{fr.label} {rep.index + 1}/{len(fr.repeats)}", raw, collector, records, agent, pauser=pauser)
 
 
 def _connect(
@@ -387,6 +414,13 @@ def _tear_down(r: _Replay, lf: LiveFabric, status: str, log) -> None:
         r.collector.wait(timeout=10)
     except subprocess.TimeoutExpired:
         r.collector.kill()
+    if r.pauser is not None:  # it opens every gate it shut before it exits
+        r.pauser.send_signal(signal.SIGTERM)
+        try:
+            r.pauser.wait(timeout=10)
+        except subprocess.TimeoutExpired:
+            r.pauser.kill()
+            stop_error = stop_error or LabFailure("the pause loop did not stop in 10 s; its gates may be shut")
     r.agent.collect_socket_drops()
     write_json(r.raw / "counters.json", r.agent.counters())
     r.agent.close()

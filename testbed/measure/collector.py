@@ -18,10 +18,11 @@ import signal
 import sys
 import time
 
+from ..qdisc_netlink import QdiscReader
 from ..records import JsonLines
-from .qdisc_netlink import QdiscReader
 
-LEAF_HANDLE = 0x00100000  # tc handle "10:" (hex major 0x10): the pfifo under htb class 1:1
+LEAF_HANDLE = 0x00100000  # tc handle "10:" (hex major 0x10): the leaf under htb class 1:1
+LEAF_KINDS = (b"pfifo", b"tbf")  # tbf: the lossless mode's gate (testbed/emulation/tbf_netlink.py)
 
 
 def cpu_seconds(pid: int) -> float | None:
@@ -95,7 +96,7 @@ def main(argv=None) -> int:
         if now - t_next > period:
             late += (now - t_next) // period  # every period the stall swallowed, counted once
             t_next = now
-        stats = reader.dump(b"pfifo")
+        stats = reader.dump(LEAF_KINDS)
         dump_ns = time.monotonic_ns() - now  # the counters were read somewhere in [now, now + dump_ns]
         vals = [stats.get(k) for k in keys]
         if any(v is None for v in vals):

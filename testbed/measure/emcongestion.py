@@ -13,10 +13,47 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
+import numpy as np
+import pandas as pd
+
 from .congestion import CongestionRecordsMissing
 from .stats import ci95
 
 KEYS = ("ect_frames", "marks", "marked_fraction", "ce_rx", "cnps_tx", "cnps_rx", "rate_changes", "lowest_rate_fraction")
+PAUSE_KEYS = ("pauses", "reaction_real_ns_p50", "reaction_real_ns_p99", "reaction_real_ns_max")
+
+
+def pause_record(fd) -> dict | None:
+    """Lossless mode's pauses in one repeat (raw/rep<k>/pfc.csv and pauses.json, written by
+    testbed/emulation/pauses.py), or None when the fabric did not run lossless. The reaction time
+    of a PAUSE runs from the sample before the one that saw the crossing (the crossing can be
+    anywhere after it) to the kernel's acknowledgement of the shut gate, in real-equivalent ns
+    (wall / dilation). Fails closed: a lossless fabric without its records voids the result."""
+    mode = fd.run.get("emulation_congestion") or {}
+    if not mode.get("pause_period_us"):
+        return None
+    raw = Path(fd.raw)
+    for name in ("pfc.csv", "pauses.json"):
+        if not (raw / name).exists():
+            raise CongestionRecordsMissing(f"{raw / name}: missing; the fabric ran lossless, so the result is void")
+    ev = pd.read_csv(raw / "pfc.csv")
+    loop = json.loads((raw / "pauses.json").read_text())
+    d = float(mode["dilation"])
+    c = mode["section"]
+    pauses = ev[ev.event == 1]
+    reaction = (pauses.t_applied_ns - pauses.t_prev_sample_ns).to_numpy(dtype=float) / d
+    return {
+        "pauses": int(len(pauses)),
+        "paused_transmitters": sorted(set(pauses.peer_port)),
+        "reaction_real_ns_p50": float(np.percentile(reaction, 50)) if len(reaction) else None,
+        "reaction_real_ns_p99": float(np.percentile(reaction, 99)) if len(reaction) else None,
+        "reaction_real_ns_max": float(reaction.max()) if len(reaction) else None,
+        # the time real PFC's headroom buys: factor x link delay (its bytes arrive at line rate)
+        "headroom_real_ns": float(c["pfc_headroom_factor"] * c["link_delay_ns"]),
+        "period_real_ns": float(loop["period_ns"]) / d,
+        "samples": int(loop["samples"]),
+        "late_periods": int(loop["late_periods"]),
+    }
 
 
 def repeat_summary(fd) -> dict:
@@ -60,6 +97,7 @@ def repeat_summary(fd) -> dict:
             line = fd.port_rate_bps([q["src"]])[0]
             lows.append(min(r for _, r in c) / line)
     out["lowest_rate_fraction"] = min(lows) if lows else 1.0
+    out["pause_loop"] = pause_record(fd)
     return out
 
 
@@ -69,6 +107,11 @@ def summary(datas: dict) -> dict:
     for label, reps in datas.items():
         rows = [repeat_summary(fd) for fd in reps]
         out[label] = {"repeats": rows, **{k: ci95([r[k] for r in rows]) for k in KEYS}}
+        loops = [r["pause_loop"] for r in rows if r["pause_loop"] is not None]
+        if loops:
+            out[label]["lossless"] = {k: ci95([p[k] for p in loops]) for k in PAUSE_KEYS}
+            out[label]["lossless"]["headroom_real_ns"] = loops[0]["headroom_real_ns"]
+            out[label]["lossless"]["period_real_ns"] = loops[0]["period_real_ns"]
     return out
 
 
@@ -84,7 +127,7 @@ def markdown(cong: dict, labels: list[str], mode: str) -> list[str]:
         return s + (f" ± {fmt.format(x['ci95'] * scale)}" if x["ci95"] is not None else "")
 
     lines = [
-        "## Congestion (emulation: ECN marking, CNPs, DCQCN)",
+        "## Congestion (emulation: ECN marking, CNPs, DCQCN, lossless pauses)",
         "",
         f"Mode: {mode}. Mean ± 95 % CI over repeats. ECT frames and marks are counted at every switch egress port a "
         "frame left (the BPF marker's counters); CE frames and CNPs at the NICs; the lowest DCQCN rate is a "
@@ -102,6 +145,25 @@ def markdown(cong: dict, labels: list[str], mode: str) -> list[str]:
             f"{c(f['ce_rx'])} | {c(f['cnps_tx'])} | {c(f['cnps_rx'])} | {c(f['rate_changes'])} | "
             f"{c(f['lowest_rate_fraction'], 100, '{:.1f}')} | {q} |"
         )
+    lossless = [lab for lab in labels if "lossless" in cong[lab]]
+    if lossless:
+        lines += [
+            "",
+            "Lossless mode (egress-triggered pauses, docs/congestion.md): PAUSE events per repeat, and the pause loop's "
+            "reaction time in real-equivalent microseconds (from the sample before the crossing to the shut gate), "
+            "against the time real PFC's headroom covers.",
+            "",
+            "| fabric | PAUSE events | reaction p50 (us) | reaction p99 (us) | reaction max (us) | headroom covers (us) "
+            "| sampling period (us) |",
+            "|---|---|---|---|---|---|---|",
+        ]
+        for lab in lossless:
+            x = cong[lab]["lossless"]
+            lines.append(
+                f"| {lab} | {c(x['pauses'])} | {c(x['reaction_real_ns_p50'], 1e-3, '{:.2f}')} | "
+                f"{c(x['reaction_real_ns_p99'], 1e-3, '{:.2f}')} | {c(x['reaction_real_ns_max'], 1e-3, '{:.2f}')} | "
+                f"{x['headroom_real_ns'] / 1e3:.2f} | {x['period_real_ns'] / 1e3:.2f} |"
+            )
     if any(cong[lab]["repeats"][0]["qualitative_ports"] for lab in labels):
         lines += [
             "",

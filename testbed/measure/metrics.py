@@ -13,7 +13,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from . import draws, lossexplain
+from . import draws, emcongestion, lossexplain
 from .rules import Unreadable, Verdict, number
 from .stats import ci95
 from .tables import FabricData
@@ -123,6 +123,7 @@ def repeat_metrics(fd: FabricData, tables: dict, m: dict) -> dict:
         # injected failures drop frames at dead ports (excused and counted: drops_excused) and move traffic off the
         # healthy routes on purpose (those ports are left out of the link-bytes rule); every loss rule still applies
         "failures_injected": (fd.raw / "injections.jsonl").exists(),
+        "pause_loop": emcongestion.pause_record(fd),  # lossless mode only (None otherwise)
     }
     out["fidelity"] = fidelity(out, m)
     return out
@@ -238,7 +239,26 @@ def fidelity(out: dict, m: dict) -> dict:
         )
     if out["link_bytes_stray_ports"]:
         v.void(f"replay bytes on ports the model does not route through: {out['link_bytes_stray_ports'][:4]}")
+    if out.get("pause_loop") is not None:
+        v.check("pause reaction", lambda: _pause_rule(out["pause_loop"]))
     return v.result()
+
+
+def _pause_rule(p: dict) -> list[str]:
+    """Lossless mode: the pause loop must shut a gate within the time real PFC's headroom buys
+    (factor x link delay), in real-equivalent time, at the 99th percentile; a loop that missed
+    sampling periods cannot say when it saw a crossing."""
+    out = []
+    if p["pauses"]:
+        r99, budget = number(p["reaction_real_ns_p99"], "pause reaction p99"), p["headroom_real_ns"]
+        if r99 > budget:
+            out.append(
+                f"pause reaction p99 {r99 / 1e3:.1f} us real-equivalent > the {budget / 1e3:.1f} us real PFC's headroom "
+                "covers: lower emulation.rate_scale (more dilation) or raise congestion.pfc_headroom_factor"
+            )
+    if p["late_periods"] > 0.01 * max(1, p["samples"]):
+        out.append(f"the pause loop missed {p['late_periods']} of {p['samples']} sampling periods (CPU)")
+    return out
 
 
 def _ns3_fidelity(out: dict) -> dict:

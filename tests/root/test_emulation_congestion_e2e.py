@@ -66,7 +66,7 @@ def test_dcqcn_marks_notifies_and_cuts_at_real_thresholds(pair):
         assert rep["integrity_ok"] and rep["messages_completed"] == rep["messages_posted"]
         assert rep["fidelity"]["valid"], rep["fidelity"]
     text = (root / "report.md").read_text()
-    assert "## Congestion (emulation: ECN marking, CNPs, DCQCN)" in text and "lossy + DCQCN" in text
+    assert "## Congestion (emulation: ECN marking, CNPs, DCQCN, lossless pauses)" in text and "lossy + DCQCN" in text
 
 
 def bottleneck_goodput(root) -> list[float]:

@@ -54,13 +54,12 @@ def test_bad_congestion_input_is_one_line_and_exit_2(tmp_path, capsys, sets, tex
 @pytest.mark.parametrize(
     "sets, text",
     [
-        (["congestion.pfc_enabled=true"], "no PFC-like pauses yet"),
         (["congestion.link_delay_ns=5000"], "cannot set it"),
         (["congestion.switch_latency_ns=100"], "cannot set it"),
     ],
 )
 def test_the_emulation_refuses_what_it_cannot_run(tmp_path, capsys, sets, text):
-    """ECN and DCQCN the emulation runs; PFC and link delays it refuses, in one line, with nothing written."""
+    """ECN, DCQCN and lossless mode the emulation runs; link delays it refuses, in one line, with nothing written."""
     argv = ["run", "--results", str(tmp_path / "res"), "--dry-run"]
     for s in sets:
         argv += ["--set", s]
@@ -70,9 +69,10 @@ def test_the_emulation_refuses_what_it_cannot_run(tmp_path, capsys, sets, text):
     assert not (tmp_path / "res").exists()
 
 
-def test_the_emulation_takes_ecn_and_dcqcn(tmp_path, capsys):
+@pytest.mark.parametrize("extra", [(), ("congestion.pfc_enabled=true",)])
+def test_the_emulation_takes_ecn_dcqcn_and_lossless_mode(tmp_path, capsys, extra):
     argv = ["run", "--results", str(tmp_path / "res"), "--dry-run"]
-    for s in ("congestion.ecn_enabled=true", "congestion.cc=dcqcn"):
+    for s in ("congestion.ecn_enabled=true", "congestion.cc=dcqcn", *extra):
         argv += ["--set", s]
     assert zlab(argv) == 0, capsys.readouterr().err
 

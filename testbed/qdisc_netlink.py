@@ -35,7 +35,9 @@ class QdiscReader:
     def close(self) -> None:
         self.sock.close()
 
-    def dump(self, want_kind: bytes | None = None) -> dict:
+    def dump(self, want_kind: bytes | tuple[bytes, ...] | None = None) -> dict:
+        if isinstance(want_kind, bytes):
+            want_kind = (want_kind,)
         self.seq += 1
         req = _NLH.pack(_NLH.size + _TCM.size, RTM_GETQDISC, NLM_F_REQUEST | NLM_F_DUMP, self.seq, 0) + _TCM.pack(
             0, 0, 0, 0, 0
@@ -61,7 +63,7 @@ class QdiscReader:
                 off += (length + 3) & ~3
 
     @staticmethod
-    def _parse(data: bytes, start: int, end: int, out: dict, want_kind: bytes | None) -> None:
+    def _parse(data: bytes, start: int, end: int, out: dict, want_kind) -> None:
         _fam, ifindex, handle, parent, _info = _TCM.unpack_from(data, start)
         off = start + _TCM.size
         kind = b""
@@ -72,7 +74,7 @@ class QdiscReader:
                 break
             if atype == TCA_KIND:
                 kind = data[off + 4 : off + alen].rstrip(b"\0")
-                if want_kind is not None and kind != want_kind:
+                if want_kind is not None and kind not in want_kind:
                     return
             elif atype & 0x7FFF == TCA_STATS2:
                 inner, iend = off + 4, off + alen
