@@ -1,18 +1,19 @@
-"""PFC-like lossless mode on the live fabric: egress-triggered pauses of the upstream transmitters.
+"""PFC-like lossless mode on the live fabric: pauses of the upstream transmitters, decided from the
+switches' egress backlogs.
 
 Why this shape (docs/congestion.md "Lossless mode in the emulation"): no kernel primitive here holds
 frames on another device, so a userspace loop does what a switch's MMU does in hardware. Every
-period it reads every switch egress backlog (one netlink dump); a port whose backlog, above its
-reserve, passes its switch's dynamic XOFF (the packet engine's formula, testbed/congestion/mmu.py,
-on the switch's total backlog, in emulated bytes) shuts the gates of the transmitters that feed it
-(tbf_netlink: a neighbour switch's egress port, or a GPU's NIC port in its host namespace), and
-opens them when it falls `resume_offset` below XOFF. Real PFC counts bytes per ingress port; this
-pauses every ingress whose traffic, by the replay's own routes, can reach the congested egress
-port: the same ports hold, sooner (a port's whole backlog is compared, not one ingress's share).
+period it reads every switch egress backlog and bytes sent (one netlink dump) and every switch
+ingress port's bytes received (sysfs). The packet engine's dynamic XOFF (testbed/congestion/mmu.py,
+in emulated bytes) is applied to the bytes each ingress port holds, estimated from the egress
+backlogs (PauseLogic), and an ingress over it shuts the gate of the transmitter at its far end
+(tbf_netlink: a neighbour switch's egress port, or a GPU's NIC port in its host namespace) until it
+falls `resume_offset` below XOFF. Which ingress ports feed which egress ports comes from the
+replay's own routes (feeders).
 
 Every PAUSE and RESUME is written as the packet engine writes pfc.csv (t_ns, port: the switch
 ingress facing the paused transmitter, peer_port: the transmitter, event, cause_port: the egress
-port that passed XOFF), so testbed/measure/congestion.py reads both engines' records; each line
+port holding most of that ingress's bytes), so testbed/measure/congestion.py reads both engines' records; each line
 also carries the sample that saw the crossing and when the kernel acknowledged the gate: the
 control loop's reaction time.
 
@@ -57,28 +58,54 @@ def period_us(cfg: dict, dilation: float) -> int:
     return int(min(MAX_PERIOD_US, max(MIN_PERIOD_US, budget_wall_us / 4)))
 
 
-def feeders(fab, flows: list[tuple[str, str, int]]) -> dict[str, list[tuple[str, str]]]:
+def feeders(
+    fab, flows: list[tuple[str, str, int]], tables: list | None = None, backups: list[tuple[str, str]] | None = None
+) -> dict[str, list[tuple[str, str]]]:
     """{switch egress port: [(switch ingress port, the transmitter at its far end)]} for every hop
     of these flows (source port, destination port, UDP source port) and of their acknowledgements
-    (the reverse direction, same source port), through the healthy tables."""
+    (the reverse direction, same source port), through each set of tables given (None: the healthy
+    ones; a failure run adds the degraded tables of every failure state its schedule reaches).
+    backups: (primary, backup) egress ports of fast-failover groups; a backup port is fed by
+    whatever fed its primary (the frames a dead port's group sends there instead)."""
     ids = {p.name: p.id for p in fab.ports}
     src = [ids[s] for s, d, _ in flows] + [ids[d] for s, d, _ in flows]
     dst = [ids[d] for s, d, _ in flows] + [ids[s] for s, d, _ in flows]
     sport = [sp for _, _, sp in flows] * 2
-    if not src:
-        return {}
-    w = walk(fab, np.array(src), np.array(dst), np.array(sport))
-    peer = port_peer(fab)
     out: dict[str, set] = {}
-    for f in range(len(src)):
-        ingress = int(peer[src[f]])
-        for h in range(int(w.n_hops[f])):
-            egress = int(w.out_ports[f, h])
-            out.setdefault(fab.ports[egress].name, set()).add(
-                (fab.ports[ingress].name, fab.ports[int(peer[ingress])].name)
-            )
-            ingress = int(peer[egress])
+    if src:
+        peer = port_peer(fab)
+        for t in tables or [None]:
+            w = walk(fab, np.array(src), np.array(dst), np.array(sport), tables=t)
+            for f in range(len(src)):
+                ingress = int(peer[src[f]])
+                for h in range(max(0, int(w.n_hops[f]))):
+                    egress = int(w.out_ports[f, h])
+                    out.setdefault(fab.ports[egress].name, set()).add(
+                        (fab.ports[ingress].name, fab.ports[int(peer[ingress])].name)
+                    )
+                    ingress = int(peer[egress])
+    for primary, backup in backups or []:
+        if primary in out:
+            out.setdefault(backup, set()).update(out[primary])
     return {e: sorted(v) for e, v in sorted(out.items())}
+
+
+def failure_routes(fab, failplan_doc: dict | None) -> tuple[list, list[tuple[str, str]]]:
+    """The tables and fast-failover backups a failure schedule can put traffic on (feeders' extra
+    arguments): the healthy tables, each failure state's degraded ones, each protected entry's
+    (primary, backup) egress ports."""
+    if not failplan_doc:
+        return [None], []
+    from .failplan import degraded_tables
+
+    tables = [None] + [degraded_tables(fab, failplan_doc, st) for st in failplan_doc["states"]]
+    backups = set()
+    by_number = {(fab.nodes[p.node].name, p.number): p.name for p in fab.ports}
+    for sw, v in (failplan_doc.get("fast_failover") or {}).get("switches", {}).items():
+        for e in v["entries"]:
+            if e.get("ff_backup") is not None:
+                backups.add((by_number[(sw, e["out_port"])], by_number[(sw, e["ff_backup"])]))
+    return tables, sorted(backups)
 
 
 @dataclass
@@ -130,43 +157,75 @@ class Change:
 
 @dataclass
 class PauseLogic:
-    """The MMU decisions, pure: `step` takes one sample of egress backlogs and returns the gates to
-    change. A transmitter stays shut while any egress port it feeds is over its threshold."""
+    """The MMU decisions, pure. `step` takes one sample (every switch egress port's backlog and
+    cumulative bytes sent, every switch ingress port's cumulative bytes received) and returns the
+    gates to change.
+
+    Why an attribution: real PFC counts the bytes each ingress port holds; the emulation sees only
+    egress backlogs. Each egress queue is split among the ingress ports that feed it (a fluid FIFO):
+    what arrived at it during the period (its backlog's growth plus what it sent) is shared among its
+    feeders by the bytes each received in that period, and the queue's bytes are then scaled to its
+    real backlog (it served its feeders in proportion to what they held). An ingress holds the sum
+    over the egress ports it feeds, and is paused and resumed by the packet engine's rule on it."""
 
     buffers: dict[str, SwitchBuffer]
     feeds: dict[str, list[tuple[str, str]]]
-    over: set[str] = field(default_factory=set)  # egress ports above XOFF (not yet below XON)
-    shut: dict[str, tuple[str, str]] = field(default_factory=dict)  # ingress -> (transmitter, the egress that shut it)
+    held: dict[tuple[str, str], float] = field(default_factory=dict)  # (ingress, egress) -> bytes
+    shut: dict[str, tuple[str, str]] = field(default_factory=dict)  # ingress -> (transmitter, cause egress)
+    last: dict | None = None  # the previous sample's counters
 
-    def step(self, backlog: dict[str, int]) -> list[Change]:
-        for sw in self.buffers.values():
-            xoff = sw.xoff(backlog)
-            for p in sw.ports:
-                shared = backlog.get(p, 0) - sw.reserve_bytes
-                if p not in self.over and shared > xoff:
-                    self.over.add(p)
-                elif p in self.over and (shared <= 0 or shared + sw.resume_offset_bytes <= xoff):
-                    self.over.discard(p)
-        want: dict[str, tuple[str, str]] = {}  # ingress -> (transmitter, cause)
-        for e in sorted(self.over):
-            for ingress, tx in self.feeds.get(e, []):
-                want.setdefault(ingress, (tx, e))
+    def _attribute(self, backlog: dict[str, int], sent: dict[str, int], received: dict[str, int]) -> None:
+        prev = self.last or {"backlog": {}, "sent": sent, "received": received}
+        for e, feeders_e in self.feeds.items():
+            q = backlog.get(e, 0)
+            arrived = max(0, q - prev["backlog"].get(e, 0) + sent.get(e, 0) - prev["sent"].get(e, 0))
+            got = {i: max(0, received.get(i, 0) - prev["received"].get(i, 0)) for i, _ in feeders_e}
+            total = sum(got.values())
+            for i, _ in feeders_e:
+                key = (i, e)
+                share = got[i] / total if total else 0.0
+                self.held[key] = self.held.get(key, 0.0) + arrived * share
+            have = sum(self.held.get((i, e), 0.0) for i, _ in feeders_e)
+            for i, _ in feeders_e:
+                key = (i, e)
+                if have > 0:
+                    self.held[key] *= q / have
+                else:  # nothing attributed yet: an equal split of what is there
+                    self.held[key] = q / len(feeders_e)
+        self.last = {"backlog": dict(backlog), "sent": dict(sent), "received": dict(received)}
+
+    def step(self, backlog: dict[str, int], sent: dict[str, int], received: dict[str, int]) -> list[Change]:
+        self._attribute(backlog, sent, received)
+        by_ingress: dict[str, dict[str, float]] = {}
+        tx_of = {}
+        for e, feeders_e in self.feeds.items():
+            for i, tx in feeders_e:
+                by_ingress.setdefault(i, {})[e] = self.held.get((i, e), 0.0)
+                tx_of[i] = tx
         changes = []
-        for ingress, (tx, cause) in want.items():
-            if ingress not in self.shut:
-                self.shut[ingress] = (tx, cause)
-                changes.append(Change(ingress, tx, True, cause))
-        for ingress in [i for i in self.shut if i not in want]:
-            tx, cause = self.shut.pop(ingress)
-            changes.append(Change(ingress, tx, False, cause))
+        for sw in self.buffers.values():
+            mine = [i for i in sw.ports if i in by_ingress]
+            holds = {i: sum(by_ingress[i].values()) for i in mine}
+            shared_total = sum(max(0.0, h - sw.reserve_bytes) for h in holds.values())
+            xoff = xoff_bytes(sw.buffer_bytes, sw.need_bytes, 0, int(shared_total), sw.alpha_inv)
+            for i in mine:
+                shared = holds[i] - sw.reserve_bytes
+                cause = max(by_ingress[i], key=by_ingress[i].get)
+                if i not in self.shut and shared > xoff:
+                    self.shut[i] = (tx_of[i], cause)
+                    changes.append(Change(i, tx_of[i], True, cause))
+                elif i in self.shut and (shared <= 0 or shared + sw.resume_offset_bytes <= xoff):
+                    tx, was = self.shut.pop(i)
+                    changes.append(Change(i, tx, False, was))
         return changes
 
 
-def plan(fab, cfg: dict, size_scale: float, flows, gates: dict[str, dict]) -> dict:
+def plan(fab, cfg: dict, size_scale: float, flows, gates: dict[str, dict], failplan_doc: dict | None = None) -> dict:
     """The pause loop's configuration (written to the repeat's folder, read by the process)."""
+    tables, backups = failure_routes(fab, failplan_doc)
     return {
         "buffers": {k: vars(v) for k, v in switch_buffers(fab, cfg, size_scale).items()},
-        "feeds": feeders(fab, flows),
+        "feeds": feeders(fab, flows, tables, backups),
         "gates": gates,
     }
 
@@ -209,6 +268,7 @@ class Gates:
         self.table = table
         self.nl: dict[int | None, tbf_netlink.TbfGate] = {}
         self.kick: dict[str, socket.socket] = {}
+        self.kicks: dict[str, int] = {}  # kick frames sent per port (the loss accounting excuses them)
         for name, g in table.items():
             pid = g["netns_pid"]
             if pid not in self.nl:
@@ -230,6 +290,7 @@ class Gates:
         self.nl[g["netns_pid"]].set(g["ifindex"], rate, g["burst_bytes"], g["limit_bytes"])
         if not shut:
             self.kick[name].send(tbf_netlink.kick_frame(g["mac"]))
+            self.kicks[name] = self.kicks.get(name, 0) + 1
 
     def close(self) -> None:
         for s in self.kick.values():
@@ -245,6 +306,8 @@ def run_loop(config: dict, out_dir: str, period_ns: int, stop: list) -> dict:
     logic = PauseLogic(buffers, {k: [tuple(x) for x in v] for k, v in config["feeds"].items()})
     gates = Gates(config["gates"])
     ifindex = {p: config["gates"][p]["ifindex"] for sw in buffers.values() for p in sw.ports}
+    ingress = sorted({i for v in logic.feeds.values() for i, _ in v})
+    rx_fd = {i: os.open(f"/sys/class/net/{i}/statistics/rx_bytes", os.O_RDONLY) for i in ingress}
     reader = QdiscReader()
     csv = open(os.path.join(out_dir, "pfc.csv"), "w", buffering=1)
     csv.write(CSV_HEADER)
@@ -255,13 +318,14 @@ def run_loop(config: dict, out_dir: str, period_ns: int, stop: list) -> dict:
         while not stop:
             t = time.monotonic_ns()
             stats = reader.dump()
-            backlog = {
-                p: stats[(i, tbf_netlink.LEAF_HANDLE)][4]
+            leaf = {
+                p: stats[(i, tbf_netlink.LEAF_HANDLE)]
                 for p, i in ifindex.items()
                 if (i, tbf_netlink.LEAF_HANDLE) in stats
             }
+            received = {i: int(os.pread(fd, 32, 0)) for i, fd in rx_fd.items()}
             samples += 1
-            for ch in logic.step(backlog):
+            for ch in logic.step({p: x[4] for p, x in leaf.items()}, {p: x[1] for p, x in leaf.items()}, received):
                 gates.set(ch.transmitter, ch.pause)
                 applied = time.monotonic_ns()
                 csv.write(f"{applied},{ch.ingress},{ch.transmitter},{int(ch.pause)},{ch.cause},{prev},{t},{applied}\n")
@@ -282,7 +346,15 @@ def run_loop(config: dict, out_dir: str, period_ns: int, stop: list) -> dict:
         csv.close()
         gates.close()
         reader.close()
-    return {"samples": samples, "late_periods": int(late), "changes": changes, "period_ns": period_ns}
+        for fd in rx_fd.values():
+            os.close(fd)
+    return {
+        "samples": samples,
+        "late_periods": int(late),
+        "changes": changes,
+        "period_ns": period_ns,
+        "kick_frames": gates.kicks,
+    }
 
 
 def main(argv=None) -> int:

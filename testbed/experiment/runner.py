@@ -297,7 +297,9 @@ def _set_up(exp: Experiment, fr: FabricRun, rep: Repeat, lf: LiveFabric, cc: _Co
     pauser = None
     if cc is not None and cc.gates is not None:
         flows = [(s, d, sport) for (s, d), sport in rep.qps.items()]
-        write_json(raw / "pause_plan.json", pauses.plan(fab, cc.cfg, cc.scaling.size_scale, flows, cc.gates))
+        if fp and fp["recovery"] in ("host", "both"):  # QPs that move to their alternate ports
+            flows += [(*alt, sport) for (s, d), sport in rep.qps.items() if (alt := failures.alternate(fab, s, d))]
+        write_json(raw / "pause_plan.json", pauses.plan(fab, cc.cfg, cc.scaling.size_scale, flows, cc.gates, fp))
         pauser = subprocess.Popen(
             [sys.executable, "-m", "testbed.emulation.pauses", str(raw / "pause_plan.json"), str(raw)]
             + ["--period-us", str(pauses.period_us(cc.cfg, cc.scaling.dilation))],

@@ -14,34 +14,42 @@ def _sw(ports=("a", "b", "c")):
     return pauses.SwitchBuffer(list(ports), 1000, 100, 10, 20, 2)
 
 
-def test_one_switch_pauses_and_resumes_by_hand():
-    """buffer 1000, headroom + reserve 100, reserve 10, resume offset 20, alpha 1/2; c is fed by
-    A (through ingress a) and B (through b). XOFF = (1000 - 100 - shared) / 2, shared = c's
-    backlog - 10."""
-    logic = pauses.PauseLogic({"s": _sw()}, {"c": [("a", "A"), ("b", "B")], "a": [("c", "C")]})
-    assert logic.step({"c": 300}) == []  # shared 290, XOFF 305: not over
-    ch = logic.step({"c": 320})  # shared 310 > XOFF (900 - 310) / 2 = 295
-    assert [(x.ingress, x.transmitter, x.pause, x.cause) for x in ch] == [("a", "A", True, "c"), ("b", "B", True, "c")]
-    assert logic.step({"c": 300}) == []  # shared 290 + 20 = 310 > XOFF 305: still over
-    ch = logic.step({"c": 280})  # shared 270 + 20 = 290 <= XOFF 315: resume both
-    assert [(x.ingress, x.pause) for x in ch] == [("a", False), ("b", False)]
-    assert logic.shut == {} and logic.over == set()
+def test_one_switch_attributes_its_queue_and_pauses_the_ingress_that_holds_it_by_hand():
+    """buffer 1000, headroom + reserve 100, reserve 10, resume offset 20, alpha 1/2; egress c is
+    fed by A (through ingress a) and B (through b). XOFF = (1000 - 100 - shared) / 2."""
+    logic = pauses.PauseLogic({"s": _sw()}, {"c": [("a", "A"), ("b", "B")]})
+    assert logic.step({"c": 0}, {"c": 0}, {"a": 0, "b": 0}) == []  # the counters' starting point
+    # c grew to 500 having sent nothing: a brought 400 of it, b 100. Shared 390 + 90 = 480, XOFF 210:
+    # a (390) is over, b (90) is not
+    ch = logic.step({"c": 500}, {"c": 0}, {"a": 400, "b": 100})
+    assert [(x.ingress, x.transmitter, x.pause, x.cause) for x in ch] == [("a", "A", True, "c")]
+    assert logic.held == {("a", "c"): 400, ("b", "c"): 100}
+    # c sent 200, received nothing (A paused, B idle): 300 left, served in proportion: a 240, b 60.
+    # Shared 230 + 50 = 280, XOFF 310: a's 230 + 20 <= 310, so A resumes
+    ch = logic.step({"c": 300}, {"c": 200}, {"a": 400, "b": 100})
+    assert logic.held == {("a", "c"): 240, ("b", "c"): 60}
+    assert [(x.ingress, x.pause) for x in ch] == [("a", False)] and logic.shut == {}
 
 
-def test_the_switch_total_backlog_lowers_every_ports_threshold():
-    """The dynamic threshold: a's backlog alone (shared 190) is under XOFF 355; with c holding 400
-    more shared bytes XOFF falls to (900 - 190 - 390) / 2 = 160 and a is over."""
-    logic = pauses.PauseLogic({"s": _sw()}, {"a": [("c", "C")], "c": []})
-    assert logic.step({"a": 200}) == []
-    ch = logic.step({"a": 200, "c": 400})
-    assert [(x.ingress, x.transmitter, x.cause) for x in ch] == [("c", "C", "a")]
-
-
-def test_a_transmitter_feeding_two_congested_ports_opens_only_when_both_are_clear():
+def test_an_ingress_holding_bytes_for_two_ports_sums_them_and_names_the_larger_as_cause():
+    """a feeds c and d; alone in each, it holds all of both queues: 150 + 250 = 400, shared 390
+    against XOFF (900 - 390) / 2 = 255: paused, cause d (it holds more there)."""
     logic = pauses.PauseLogic({"s": _sw(("a", "c", "d"))}, {"c": [("a", "A")], "d": [("a", "A")]})
-    assert [x.pause for x in logic.step({"c": 400, "d": 400})] == [True]
-    assert logic.step({"c": 0, "d": 400}) == []  # d still holds A
-    assert [x.pause for x in logic.step({"c": 0, "d": 0})] == [False]
+    logic.step({}, {}, {"a": 0})
+    ch = logic.step({"c": 150, "d": 250}, {}, {"a": 400})
+    assert [(x.ingress, x.pause, x.cause) for x in ch] == [("a", True, "d")]
+    # c drained: a holds d's 250, shared 240, XOFF (900 - 240) / 2 = 330 >= 240 + 20: resumes
+    assert [(x.pause, x.cause) for x in logic.step({"c": 0, "d": 250}, {"c": 150}, {"a": 400})] == [(False, "d")]
+
+
+def test_many_feeders_of_one_queue_each_hold_their_share_so_none_pauses():
+    """The incast case: eight ingress ports bring 100 each to c (800 queued). Each holds 100, shared
+    8 x 90 = 720, XOFF (900 - 720) / 2 = 90: each is exactly at, not over, it. An egress-wide rule
+    (800 against XOFF) would pause all eight."""
+    feeds = {"c": [(f"i{k}", f"T{k}") for k in range(8)]}
+    logic = pauses.PauseLogic({"s": _sw(("c", *[f"i{k}" for k in range(8)]))}, feeds)
+    logic.step({}, {}, {f"i{k}": 0 for k in range(8)})
+    assert logic.step({"c": 800}, {}, {f"i{k}": 100 for k in range(8)}) == []
 
 
 @pytest.mark.parametrize("spec", ["zcube:n=4,gpus_per_server=4", "roft:gpus=16,gpus_per_server=4"])
@@ -97,3 +105,35 @@ def test_the_sampling_period_is_a_quarter_of_the_headroom_time_within_bounds():
     assert pauses.period_us(cfg, 16_000) == 10_000  # 48 ms wall / 4 = 12 ms: capped
     assert pauses.period_us(cfg, 4_000) == 3_000
     assert pauses.period_us(cfg, 20) == 1_000  # 15 us: floored, and the reaction rule will judge the run
+
+
+def test_a_failure_schedule_adds_the_degraded_routes_and_fast_failover_backups():
+    """ZCube(4,2) with one switch-to-switch cable down: flows whose healthy path crosses it take
+    the degraded tables' detour, and the feeding sets hold the detour's hops too; in fast-failover
+    mode every backup egress port is fed by what fed its primary."""
+    from testbed.emulation import failplan
+
+    fab = build_fabric("zcube:n=4,gpus_per_server=4")
+    link = next(lk for lk in fab.links if all(fab.nodes[fab.ports[p].node].role == "switch" for p in (lk.a, lk.b)))
+    events = [{"at_emulated_s": 1.0, "action": "down", "target": f"cable:{fab.ports[link.a].name}"}]
+    doc = failplan.document(fab, events, "fast-failover", {})
+    tables, backups = pauses.failure_routes(fab, doc)
+    assert len(tables) == 2 and tables[0] is None and backups
+    gpu_ports = [p.name for p in fab.ports[: fab.n_gpus * fab.ports_per_gpu]]
+    flows = [(s, route(fab, s, g.name, 49152).dst_port, 49152) for s in gpu_ports for g in fab.nodes[:16:5]]
+    node_of = {p.name: p.node for p in fab.ports}
+    flows = [f for f in flows if node_of[f[0]] != node_of[f[1]]]
+    healthy = pauses.feeders(fab, flows)
+    both = pauses.feeders(fab, flows, tables)
+    crossing = [f for f in flows if link.id in {d // 2 for d in route(fab, f[0], f[1], f[2]).links}]
+    assert crossing  # some flow used the cable
+    for s, d, sp in crossing:
+        r = route(fab, s, d, sp, tables=tables[1])
+        assert link.id not in {x // 2 for x in r.links}
+        assert r.dst_port == d  # the destination is reached on the detour
+    extra = {e: set(v) - set(healthy.get(e, [])) for e, v in both.items()}
+    assert any(extra.values())  # the detour fed ports the healthy routes did not
+    with_ff = pauses.feeders(fab, flows, tables, backups)
+    for primary, backup in backups:
+        if primary in with_ff:
+            assert set(with_ff[primary]) <= set(with_ff[backup])
