@@ -120,9 +120,11 @@ class FabricMarkers:
         self.marker = ecn.Marker(name)
         self.configs = configs
         self.ifindex: dict[str, int] = {}
+        self.sink: ecn.LldpSink | None = None
 
     def start(self, registry) -> FabricMarkers:
         registry.bpf_pin(str(self.marker.dir))
+        self.sink = ecn.LldpSink()  # before clsact exists: no LLDP frame is ever miscounted as dropped
         self.marker.load()
         self.ifindex = {dev: socket.if_nametoindex(dev) for dev in self.configs}
         self.marker.configure_many({self.ifindex[d]: c for d, c in self.configs.items()})
@@ -167,3 +169,5 @@ class FabricMarkers:
 
     def stop(self) -> None:
         self.marker.unload()
+        if self.sink is not None:
+            self.sink.close()

@@ -11,8 +11,9 @@ acknowledgement is the time the gate is known shut (the reaction time's end).
 Opening is two steps. tbf's change does not re-run the device's queue: the watchdog the shut
 gate armed fires only when the next frame would have been paid for at the shut rate (seconds),
 and nothing else dequeues until a frame is enqueued. So `kick_frame` is sent on the port after
-every open: a PFC frame with no class enabled (IEEE 802.1Qbb opcode 0x0101, vector 0: a no-op
-to anything that reads it), which the OpenFlow tables' table-miss entry drops at the far end.
+every open: an ARP probe for 0.0.0.0, which the far switch's kernel ignores (a frame with a
+protocol handler, so no interface counts it as dropped: a PFC frame was, measured) and its
+OpenFlow tables' table-miss entry discards.
 """
 
 from __future__ import annotations
@@ -111,13 +112,13 @@ class TbfGate:
         return self._send(ifindex, 0, tbf_options(rate_bytes_per_s, burst_bytes, limit_bytes))
 
 
-PFC_DST = bytes.fromhex("0180c2000001")
-MAC_CONTROL, PFC_OPCODE = 0x8808, 0x0101
+ETH_P_ARP = 0x0806
 
 
 def kick_frame(src_mac: str) -> bytes:
-    """A 60-byte PFC frame with every class disabled: enqueued behind the held frames, it makes
-    the kernel dequeue from the reopened gate."""
-    body = struct.pack("!HH8H", PFC_OPCODE, 0, *([0] * 8))
-    frame = PFC_DST + bytes.fromhex(src_mac.replace(":", "")) + struct.pack("!H", MAC_CONTROL) + body
+    """A 60-byte ARP probe (request, sender and target address 0.0.0.0) from this port's MAC:
+    enqueued behind the held frames, it makes the kernel dequeue from the reopened gate."""
+    mac = bytes.fromhex(src_mac.replace(":", ""))
+    arp = struct.pack("!HHBBH", 1, 0x0800, 6, 4, 1) + mac + bytes(4) + bytes(6) + bytes(4)
+    frame = b"\xff" * 6 + mac + struct.pack("!H", ETH_P_ARP) + arp
     return frame + bytes(60 - len(frame))

@@ -15,11 +15,6 @@ emulator's; so are the frames the gray-failure rules dropped (nftables' own coun
 injector's records) and OVS datapath drops (not per port; in a failure run they follow the
 ports' state changes). All of them are counted as excused. A QP whose path crosses a failed
 cable is explained by it. Every other loss rule applies as in any run.
-
-Lossless mode (raw/rep<k>/pauses.json present): every RESUME sends one kick frame on the port
-it reopens (testbed/emulation/tbf_netlink.py), which the far end discards and may count as a
-drop. Up to the number of kick frames the pause loop recorded per port, drops at the far end's
-switch port and OVS port counters are excused, and counted.
 """
 
 from __future__ import annotations
@@ -94,25 +89,6 @@ def qp_paths(fab, qps: list[dict], tables: list) -> tuple[list[set[int]], list[b
     return cables, [c != h for c, h in zip(cables, healthy)]
 
 
-KICKS = "lossless mode's kick frames (one per RESUME)"
-
-
-def _kick_frames(fd) -> dict[str, int]:
-    """{receiving interface: kick frames sent towards it} from the pause loop's record."""
-    path = fd.raw / "pauses.json"
-    if not path.exists():
-        return {}
-    from ..fabric.tables import port_peer
-
-    peer = port_peer(fd.fabric)
-    ids = {p.name: p.id for p in fd.fabric.ports}
-    out: dict[str, int] = {}
-    for name, n in read_json(path).get("kick_frames", {}).items():
-        far = fd.fabric.ports[int(peer[ids[name]])].name
-        out[far] = out.get(far, 0) + int(n)
-    return out
-
-
 def account(fd, queue_drops: dict) -> dict:
     """The repeat's loss accounting (fd: FabricData with drops recorded). Returns
     excused: {what: frames} (failure runs), outside: {location: frames} not excused and not in a
@@ -135,18 +111,11 @@ def account(fd, queue_drops: dict) -> dict:
         if gray:
             excused["gray failure rules (nftables)"] = gray
     failed_ports = _link_ports(fab, failed)
-    kicks = _kick_frames(fd)
     outside: dict[str, int] = {}
     for loc, items in drops.items():
         for name, n in items.items():
             if not n:
                 continue
-            if loc in ("switch_ports", "ovs_port_counters") and kicks.get(name):
-                k = min(int(n), kicks[name])
-                excused[KICKS] = excused.get(KICKS, 0) + k
-                n = int(n) - k
-                if not n:
-                    continue
             if loc == "ovs_datapath" and name in TO_CONTROLLER:
                 excused[TO_CONTROLLER[name]] = excused.get(TO_CONTROLLER[name], 0) + int(n)
             elif failed and (name in failed_ports or loc == "ovs_datapath"):

@@ -144,3 +144,47 @@ def test_zlab_clean_removes_a_recorded_pin_and_only_that(tmp_path, monkeypatch):
     finally:
         ours.unload()
         other.unload()
+
+
+def test_the_lldp_sink_keeps_lldp_frames_from_counting_as_drops_on_clsact_ports():
+    """OVS listens on a switch port with a packet socket; once the port has a clsact qdisc (the
+    marker's), the kernel counts every received frame it has no protocol handler for (LLDP:
+    discovery and link probes) as dropped although OVS got it. With ecn.LldpSink open it does not."""
+    a = f"zlds{uuid.uuid4().hex[:4]}a"
+    b = a[:-1] + "b"
+    subprocess.run(["ip", "link", "add", a, "type", "veth", "peer", "name", b], check=True)
+    try:
+        for dev in (a, b):
+            subprocess.run(["sysctl", "-qw", f"net.ipv6.conf.{dev}.disable_ipv6=1"], check=True)
+            subprocess.run(["ip", "link", "set", dev, "up"], check=True)
+        ovs = socket.socket(socket.AF_PACKET, socket.SOCK_RAW, socket.htons(3))  # ETH_P_ALL on b, as OVS
+        ovs.bind((b, 0))
+        subprocess.run(["tc", "qdisc", "add", "dev", b, "clsact"], check=True)
+        tx = socket.socket(socket.AF_PACKET, socket.SOCK_RAW)
+        tx.bind((a, 0))
+        lldp = bytes.fromhex("0180c200000e") + bytes.fromhex("025a00000001") + b"\x88\xcc" + bytes(46)
+
+        def counted(n: int) -> int:
+            path = f"/sys/class/net/{b}/statistics/rx_dropped"
+            before = int(open(path).read())
+            for _ in range(n):
+                tx.send(lldp)
+            time.sleep(0.2)
+            return int(open(path).read()) - before
+
+        assert counted(5) == 5  # the kernel's artefact
+        sink = ecn.LldpSink()
+        try:
+            assert counted(5) == 0
+        finally:
+            sink.close()
+        ovs.setblocking(False)
+        got = 0
+        try:
+            while True:
+                got += ovs.recv(2048)[12:14] == b"\x88\xcc"
+        except BlockingIOError:
+            pass
+        assert got == 10  # OVS's socket received every one either way
+    finally:
+        subprocess.run(["ip", "link", "del", a], check=False)

@@ -61,6 +61,16 @@ def test_install_and_set_are_what_tc_reads_back(veth):
     assert rtt2 < 5_000_000
     with pytest.raises(OSError):
         gate.set(ifindex + 10_000, PAUSED_BYTES_PER_S, FRAME, LIMIT)  # no such device: the kernel's error, raised
+    # the kick frame (an ARP probe) has a protocol handler at the far end: nothing counts it as dropped there
+    dropped = f"/sys/class/net/{veth[:-1]}b/statistics/rx_dropped"
+    before = int(open(dropped).read())
+    gate.set(ifindex, 2 * RATE_BPS // 8, FRAME, LIMIT)
+    tx = socket.socket(socket.AF_PACKET, socket.SOCK_RAW)
+    tx.bind((veth, 0))
+    for _ in range(5):
+        tx.send(tbf_netlink.kick_frame("02:00:00:00:00:01"))
+    time.sleep(0.2)
+    assert int(open(dropped).read()) == before
 
 
 def test_a_shut_gate_holds_every_frame_and_opening_releases_them_at_line_rate(veth):

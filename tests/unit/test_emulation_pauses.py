@@ -85,13 +85,14 @@ def test_switch_buffers_scale_the_packet_engines_thresholds():
     assert sw.xoff({}) == (800_000 - sw.need_bytes) // 8
 
 
-def test_the_kick_frame_is_a_pfc_frame_with_no_class_enabled():
-    from scapy.layers.l2 import Ether
+def test_the_kick_frame_is_an_arp_probe_for_nothing():
+    from scapy.layers.l2 import ARP, Ether
 
     f = tbf_netlink.kick_frame("02:00:00:00:00:07")
     e = Ether(f)
-    assert len(f) == 60 and e.dst == "01:80:c2:00:00:01" and e.src == "02:00:00:00:00:07" and e.type == 0x8808
-    assert bytes(e.payload)[:4] == b"\x01\x01\x00\x00"  # PFC opcode, class-enable vector 0
+    assert len(f) == 60 and e.dst == "ff:ff:ff:ff:ff:ff" and e.src == "02:00:00:00:00:07" and ARP in e
+    a = e[ARP]
+    assert a.op == 1 and a.psrc == "0.0.0.0" and a.pdst == "0.0.0.0" and a.hwsrc == "02:00:00:00:00:07"
 
 
 def test_tbf_options_refuse_rates_the_message_cannot_carry():

@@ -458,33 +458,3 @@ def test_a_link_that_survives_its_deletion_raises(monkeypatch, tmp_path):
     gone = iter([7, None])
     monkeypatch.setattr(clean, "_ifindex", lambda name: next(gone))
     assert clean.clean_run(rec) == ["link zl-a"] and ["ip", "link", "del", "zl-a"] in calls
-
-
-def test_lossless_kick_frames_are_excused_up_to_the_recorded_count(run):
-    """Lossless mode sends one kick frame per RESUME (pauses.json); the far end may count each as a
-    drop. Exactly that many are excused at the far end's switch port; one more voids the repeat, and
-    without pauses.json none is."""
-    exp = json.loads((run / "experiment.json").read_text())
-    fab = FabricData(run / "roft", exp["fabrics"]["roft"], 0).fabric
-    from testbed.fabric.tables import port_peer
-
-    tx = fab.ports[0].name  # a GPU NIC port
-    far = fab.ports[int(port_peer(fab)[0])].name
-    raw = _raw(run, "roft")
-
-    def drops(n):
-        _edit_json(raw / "drops.json", lambda d: dict(d, delta=dict(d["delta"], switch_ports={far: n})))
-
-    drops(3)
-    assert any(
-        r.startswith("frames dropped outside a switch egress queue: 3 at switch ports")
-        for r in _repeat(run)["fidelity"]["reasons"]
-    )
-    (raw / "pauses.json").write_text(json.dumps({"kick_frames": {tx: 3}}))
-    m = _repeat(run)
-    assert m["fidelity"]["valid"] and m["drops_excused"] == {"lossless mode's kick frames (one per RESUME)": 3}
-    drops(4)
-    assert any(
-        r.startswith("frames dropped outside a switch egress queue: 1 at switch ports")
-        for r in _repeat(run)["fidelity"]["reasons"]
-    )
