@@ -11,7 +11,7 @@ Two transports: lossless with a 576 KB window (64 packets of 9,000 B, in real by
 engines hold the same bytes in flight) and no other congestion control; lossless + ECN + DCQCN with no
 window. Printed per case, fabric, transport and engine, mean ± 95 % CI over repeats:
 PAUSE events, the ports that were ever held, the time transmitters spent held (real us, summed over
-ports), KV completion p50/p99 (real ms), and the fraction of ECT frames marked.
+ports), KV completion p50/p99 (real ms), and the ECN marks at switch egress ports.
 
     sudo .venv/bin/python scripts/bench/lossless_engines.py [--repeats 3] [--results DIR]
 """
@@ -100,7 +100,7 @@ def run_one(engine: str, case: str, transport: str, repeats: int, results: Path)
         if engine == "ns3" and "congestion" in m:
             marked = [r["marks"] for r in m["congestion"][fab]["repeats"]]
         elif "emulation_congestion" in m:
-            marked = [r["marked_fraction"] for r in m["emulation_congestion"][fab]["repeats"]]
+            marked = [r["marks"] for r in m["emulation_congestion"][fab]["repeats"]]
         out[fab] = {
             "pauses": ci95(pauses),
             "ports": sorted(ports),
@@ -132,7 +132,7 @@ def main(argv=None) -> int:
     with tempfile.TemporaryDirectory() as tmp:
         results = Path(a.results or tmp)
         results.mkdir(parents=True, exist_ok=True)
-        print(f"{a.repeats} repeats per row; mean ± 95 % CI; marks: ECN marks (ns-3) or marked fraction (emulation)")
+        print(f"{a.repeats} repeats per row; mean ± 95 % CI; marks: ECN marks at switch egress ports")
         print(
             f"{'case':7} {'fabric':6} {'transport':20} {'engine':10} {'PAUSE events':>16} {'held us':>18} "
             f"{'KV p50 ms':>16} {'KV p99 ms':>16} {'marks':>16}  ports held"
@@ -145,7 +145,7 @@ def main(argv=None) -> int:
                         print(
                             f"{case:7} {fab:6} {transport:20} {engine:10} {fmt(r['pauses'], '{:.0f}'):>16} "
                             f"{fmt(r['held_us'], '{:.1f}'):>18} {fmt(r['kv_p50_ms']):>16} {fmt(r['kv_p99_ms']):>16} "
-                            f"{fmt(r['marks'], '{:.3g}'):>16}  {len(r['ports'])}: {','.join(r['ports'][:6])}{note}",
+                            f"{fmt(r['marks'], '{:.0f}'):>16}  {len(r['ports'])}: {','.join(r['ports'][:6])}{note}",
                             flush=True,
                         )
     return 0

@@ -140,6 +140,13 @@ FIGURES = {
             timeout_s=1800,
         ),
         Figure(
+            "lossless-engines",
+            "lossless mode in the emulation and in ns-3 on the same incast and rank-shifted pair",
+            (PY, "scripts/bench/lossless_engines.py", "--repeats", "3"),
+            root=True,
+            timeout_s=3600,
+        ),
+        Figure(
             "ns3-speed",
             "engine ns3's wall and CPU seconds per real GB, one repeat and repeats on every core, with and without PFC/ECN/DCQCN",
             (PY, "scripts/bench/ns3_engine.py", "--requests", "10"),

@@ -23,6 +23,7 @@ control loop's reaction time.
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import json
 import os
 import signal
@@ -220,13 +221,24 @@ class PauseLogic:
         return changes
 
 
-def plan(fab, cfg: dict, size_scale: float, flows, gates: dict[str, dict], failplan_doc: dict | None = None) -> dict:
-    """The pause loop's configuration (written to the repeat's folder, read by the process)."""
+def plan(
+    fab,
+    cfg: dict,
+    size_scale: float,
+    flows,
+    gates: dict[str, dict],
+    failplan_doc: dict | None = None,
+    marker: dict | None = None,
+) -> dict:
+    """The pause loop's configuration (written to the repeat's folder, read by the process).
+    marker: {"cfg_map": pinned path, "ports": {port: {"ifindex", "config": PortConfig fields}}}
+    when the ECN marker runs: a shut switch port's phantom queue stops draining with it."""
     tables, backups = failure_routes(fab, failplan_doc)
     return {
         "buffers": {k: vars(v) for k, v in switch_buffers(fab, cfg, size_scale).items()},
         "feeds": feeders(fab, flows, tables, backups),
         "gates": gates,
+        "marker": marker,
     }
 
 
@@ -262,10 +274,14 @@ def gate_table(fab, live, cfg_emulation, cfg: dict, size_scale: float) -> dict[s
 class Gates:
     """The netlink sockets (one per namespace) and kick sockets behind a gate table."""
 
-    def __init__(self, table: dict[str, dict]):
+    def __init__(self, table: dict[str, dict], marker: dict | None = None):
         from traffic.port import in_netns
 
+        from . import ecn
+
         self.table = table
+        self.marker = marker
+        self.writer = ecn.ConfigWriter(marker["cfg_map"]) if marker else None
         self.nl: dict[int | None, tbf_netlink.TbfGate] = {}
         self.kick: dict[str, socket.socket] = {}
         self.kicks: dict[str, int] = {}  # kick frames sent per port (the loss accounting excuses them)
@@ -288,6 +304,12 @@ class Gates:
         g = self.table[name]
         rate = PAUSED_RATE_BYTES_PER_S if shut else g["open_rate_bytes_per_s"]
         self.nl[g["netns_pid"]].set(g["ifindex"], rate, g["burst_bytes"], g["limit_bytes"])
+        m = self.marker["ports"].get(name) if self.marker else None
+        if m is not None:  # the marker's phantom queue drains only while the port does
+            from .ecn import PortConfig
+
+            c = PortConfig(**m["config"])
+            self.writer.set(m["ifindex"], dataclasses.replace(c, rate_bytes_per_s=0) if shut else c)
         if not shut:
             self.kick[name].send(tbf_netlink.kick_frame(g["mac"]))
             self.kicks[name] = self.kicks.get(name, 0) + 1
@@ -297,6 +319,8 @@ class Gates:
             s.close()
         for g in self.nl.values():
             g.sock.close()
+        if self.writer is not None:
+            self.writer.close()
 
 
 def run_loop(config: dict, out_dir: str, period_ns: int, stop: list) -> dict:
@@ -304,7 +328,7 @@ def run_loop(config: dict, out_dir: str, period_ns: int, stop: list) -> dict:
     Returns the loop's own account (samples, late samples, changes)."""
     buffers = {k: SwitchBuffer(**v) for k, v in config["buffers"].items()}
     logic = PauseLogic(buffers, {k: [tuple(x) for x in v] for k, v in config["feeds"].items()})
-    gates = Gates(config["gates"])
+    gates = Gates(config["gates"], config.get("marker"))
     ifindex = {p: config["gates"][p]["ifindex"] for sw in buffers.values() for p in sw.ports}
     ingress = sorted({i for v in logic.feeds.values() for i, _ in v})
     rx_fd = {i: os.open(f"/sys/class/net/{i}/statistics/rx_bytes", os.O_RDONLY) for i in ingress}

@@ -299,7 +299,19 @@ def _set_up(exp: Experiment, fr: FabricRun, rep: Repeat, lf: LiveFabric, cc: _Co
         flows = [(s, d, sport) for (s, d), sport in rep.qps.items()]
         if fp and fp["recovery"] in ("host", "both"):  # QPs that move to their alternate ports
             flows += [(*alt, sport) for (s, d), sport in rep.qps.items() if (alt := failures.alternate(fab, s, d))]
-        write_json(raw / "pause_plan.json", pauses.plan(fab, cc.cfg, cc.scaling.size_scale, flows, cc.gates, fp))
+        marker = (
+            {
+                "cfg_map": str(cc.markers.marker.maps / "cfg"),
+                "ports": {
+                    n: {"ifindex": cc.markers.ifindex[n], "config": vars(c)} for n, c in cc.markers.configs.items()
+                },
+            }
+            if cc.markers is not None
+            else None
+        )
+        write_json(
+            raw / "pause_plan.json", pauses.plan(fab, cc.cfg, cc.scaling.size_scale, flows, cc.gates, fp, marker)
+        )
         pauser = subprocess.Popen(
             [sys.executable, "-m", "testbed.emulation.pauses", str(raw / "pause_plan.json"), str(raw)]
             + ["--period-us", str(pauses.period_us(cc.cfg, cc.scaling.dilation))],

@@ -188,3 +188,21 @@ def test_the_lldp_sink_keeps_lldp_frames_from_counting_as_drops_on_clsact_ports(
         assert got == 10  # OVS's socket received every one either way
     finally:
         subprocess.run(["ip", "link", "del", a], check=False)
+
+
+def test_the_config_writer_changes_a_port_as_bpftool_would(marker, tmp_path):
+    """What ConfigWriter writes (one bpf(2) call) is what the program then uses: a port set to drain
+    at 0 B/s keeps every byte, the same port reset to 1 MB/s drains again."""
+    w = ecn.ConfigWriter(str(marker.maps / "cfg"))
+    try:
+        w.set(LO, ecn.PortConfig(0, KMIN, KMAX, PMAX, BIN))
+        marker.test_run(ipv4_frame(0x02), 10, tmp_path)
+        time.sleep(0.05)
+        marker.test_run(ipv4_frame(0x02), 1, tmp_path)
+        assert int(marker.queues().set_index("ifindex").loc[LO, "queue_bytes"]) == 11 * FRAME
+        w.set(LO, ecn.PortConfig(1_000_000, KMIN, KMAX, PMAX, BIN))
+        time.sleep(0.05)
+        marker.test_run(ipv4_frame(0x02), 1, tmp_path)
+        assert int(marker.queues().set_index("ifindex").loc[LO, "queue_bytes"]) <= 2 * FRAME  # 11 KB drained in 11 ms
+    finally:
+        w.close()
