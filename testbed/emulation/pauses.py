@@ -234,9 +234,13 @@ def plan(
     marker: {"cfg_map": pinned path, "ports": {port: {"ifindex", "config": PortConfig fields}}}
     when the ECN marker runs: a shut switch port's phantom queue stops draining with it."""
     tables, backups = failure_routes(fab, failplan_doc)
+    feeds = feeders(fab, flows, tables, backups)
+    healthy = feeders(fab, flows) if len(tables) > 1 or backups else feeds
     return {
         "buffers": {k: vars(v) for k, v in switch_buffers(fab, cfg, size_scale).items()},
-        "feeds": feeders(fab, flows, tables, backups),
+        "feeds": feeds,
+        # egress ports only a failure's routes use: where a pause storm on a detour would start
+        "detour_ports": sorted(e for e in feeds if e not in healthy),
         "gates": gates,
         "marker": marker,
     }

@@ -20,7 +20,14 @@ from .congestion import CongestionRecordsMissing
 from .stats import ci95
 
 KEYS = ("ect_frames", "marks", "marked_fraction", "ce_rx", "cnps_tx", "cnps_rx", "rate_changes", "lowest_rate_fraction")
-PAUSE_KEYS = ("pauses", "reaction_real_ns_p50", "reaction_real_ns_p99", "reaction_real_ns_max")
+PAUSE_KEYS = (
+    "pauses",
+    "pauses_after_failure",
+    "pauses_on_detours",
+    "reaction_real_ns_p50",
+    "reaction_real_ns_p99",
+    "reaction_real_ns_max",
+)
 
 
 def pause_record(fd) -> dict | None:
@@ -42,8 +49,20 @@ def pause_record(fd) -> dict | None:
     c = mode["section"]
     pauses = ev[ev.event == 1]
     reaction = (pauses.t_applied_ns - pauses.t_prev_sample_ns).to_numpy(dtype=float) / d
+    plan_path = raw / "pause_plan.json"
+    detours = set(json.loads(plan_path.read_text()).get("detour_ports", [])) if plan_path.exists() else set()
+    cut = None
+    if (raw / "injections.jsonl").exists():
+        downs = [json.loads(x) for x in (raw / "injections.jsonl").read_text().splitlines() if x.strip()]
+        downs = [r["t_ns"] for r in downs if r.get("action") in ("down", "gray")]
+        cut = min(downs) if downs else None
     return {
         "pauses": int(len(pauses)),
+        # failure runs: pauses from the first injected failure on, and those a detour port caused (and
+        # the transmitters they held: does a storm on a detour spread?)
+        "pauses_after_failure": int((pauses.t_ns >= cut).sum()) if cut is not None else None,
+        "pauses_on_detours": int(pauses.cause_port.isin(detours).sum()),
+        "held_by_detours": sorted(set(pauses.peer_port[pauses.cause_port.isin(detours)])),
         "paused_transmitters": sorted(set(pauses.peer_port)),
         "reaction_real_ns_p50": float(np.percentile(reaction, 50)) if len(reaction) else None,
         "reaction_real_ns_p99": float(np.percentile(reaction, 99)) if len(reaction) else None,
@@ -153,14 +172,15 @@ def markdown(cong: dict, labels: list[str], mode: str) -> list[str]:
             "reaction time in real-equivalent microseconds (from the sample before the crossing to the shut gate), "
             "against the time real PFC's headroom covers.",
             "",
-            "| fabric | PAUSE events | reaction p50 (us) | reaction p99 (us) | reaction max (us) | headroom covers (us) "
-            "| sampling period (us) |",
-            "|---|---|---|---|---|---|---|",
+            "| fabric | PAUSE events | after the first failure | caused at detour ports | reaction p50 (us) "
+            "| reaction p99 (us) | reaction max (us) | headroom covers (us) | sampling period (us) |",
+            "|---|---|---|---|---|---|---|---|---|",
         ]
         for lab in lossless:
             x = cong[lab]["lossless"]
             lines.append(
-                f"| {lab} | {c(x['pauses'])} | {c(x['reaction_real_ns_p50'], 1e-3, '{:.2f}')} | "
+                f"| {lab} | {c(x['pauses'])} | {c(x['pauses_after_failure'])} | {c(x['pauses_on_detours'])} | "
+                f"{c(x['reaction_real_ns_p50'], 1e-3, '{:.2f}')} | "
                 f"{c(x['reaction_real_ns_p99'], 1e-3, '{:.2f}')} | {c(x['reaction_real_ns_max'], 1e-3, '{:.2f}')} | "
                 f"{x['headroom_real_ns'] / 1e3:.2f} | {x['period_real_ns'] / 1e3:.2f} |"
             )

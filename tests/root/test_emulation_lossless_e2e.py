@@ -96,11 +96,48 @@ def test_a_cable_failure_under_lossless_and_dcqcn_recovers_with_every_message_in
     (e,) = m["failures"]["zcube"]["events"]
     print(
         f"cut {e.get('target')}: detected {e['detection_s']:.3f} s, installed {e['installed_s']}, "
-        f"QPs hit {e['qps_hit']}, recovered {e['qps_recovered']}; pauses {rep['pause_loop']['pauses']}; "
+        f"QPs hit {e['qps_hit']}, recovered {e['qps_recovered']}; pauses {rep['pause_loop']['pauses']} "
+        f"({rep['pause_loop']['pauses_after_failure']} after the cut, {rep['pause_loop']['pauses_on_detours']} caused "
+        f"at detour ports, holding {rep['pause_loop']['held_by_detours']}); "
         f"excused {rep['drops_excused']}; fidelity {rep['fidelity']}"
     )
     assert e["integrity_ok"] is True and e["qps_hit"] >= 1 and e["qps_unrecovered"] == 0
     assert rep["integrity_ok"] and rep["messages_completed"] == rep["messages_posted"]
     assert rep["pause_loop"]["pauses"] > 0 and not rep["drops_outside"] and not rep["loss_unexplained"]
+    assert rep["pause_loop"]["pauses_after_failure"] is not None  # the report's failure-window row is filled
     plan = json.loads((root / "zcube" / "raw" / "rep0" / "pause_plan.json").read_text())
     assert plan["feeds"]  # built with the degraded tables (unit-tested: test_emulation_pauses.py)
+
+
+def test_a_flap_and_a_fast_failover_under_lossless_mode_lose_nothing(tmp_path_factory):
+    """ZCube's busiest switch-to-switch cable flaps three times (controller reroutes each way) and
+    ROFT's busiest cable goes down under fast-failover groups, in lossless mode without other
+    congestion control: every message arrives whole, no frame is lost outside the cut cables, and
+    the report counts the pauses after the first failure and those caused at detour ports."""
+    flap = [{"at_emulated_s": 1.0, "action": "flap", "target": "cable:busiest", "period_emulated_s": 1.0, "count": 3}]
+    down = [{"at_emulated_s": 1.0, "action": "down", "target": "cable:busiest"}]
+    sets = [s for s in SETS if not s.startswith("repeats=")] + [
+        "repeats=1",
+        f"failures.events={json.dumps({'zcube': flap, 'roft': down})}",
+        f"failures.recovery={json.dumps({'roft': 'fast-failover'})}",
+    ]
+    spec = especs.load(None, sets)
+    spec["workload"]["model"] = TINY_MODEL
+    root, status = run_experiment(
+        resolve(spec), results_dir=str(tmp_path_factory.mktemp("lossless-flap")), log=print, show_progress=False
+    )
+    assert status == "complete"
+    m = json.loads((root / "metrics.json").read_text())
+    for label in ("zcube", "roft"):
+        rep = m["fabrics"][label]["repeats"][0]
+        loop = rep["pause_loop"]
+        print(
+            f"{label}: {len(m['failures'][label]['events'])} failure events; pauses {loop['pauses']} "
+            f"({loop['pauses_after_failure']} after the first failure, {loop['pauses_on_detours']} at detour ports); "
+            f"fidelity {rep['fidelity']}"
+        )
+        assert rep["integrity_ok"] and rep["messages_completed"] == rep["messages_posted"]
+        assert not rep["drops_outside"] and not rep["loss_unexplained"], rep["fidelity"]
+        assert loop["pauses_after_failure"] is not None
+    text = (root / "report.md").read_text()
+    assert "after the first failure" in text and "caused at detour ports" in text

@@ -138,3 +138,36 @@ def test_a_failure_schedule_adds_the_degraded_routes_and_fast_failover_backups()
     for primary, backup in backups:
         if primary in with_ff:
             assert set(with_ff[primary]) <= set(with_ff[backup])
+
+
+def test_the_pause_record_is_read_by_hand_and_fails_closed(tmp_path):
+    """Two PAUSEs (one caused at a detour port, after the cut) and their RESUMEs; dilation 1,000:
+    reactions (applied - previous sample) 2,000 and 4,000 ns wall are 2 and 4 ns real."""
+    import json
+    from types import SimpleNamespace
+
+    from testbed.measure.congestion import CongestionRecordsMissing
+    from testbed.measure.emcongestion import pause_record
+
+    section = {"pfc_headroom_factor": 3, "link_delay_ns": 1000}
+    fd = SimpleNamespace(
+        raw=tmp_path, run={"emulation_congestion": {"pause_period_us": 1000, "dilation": 1000.0, "section": section}}
+    )
+    with pytest.raises(CongestionRecordsMissing, match="pfc.csv: missing"):
+        pause_record(fd)
+    (tmp_path / "pfc.csv").write_text(
+        pauses.CSV_HEADER
+        + "10000,s-p1,g0-p0,1,s-p3,8000,9000,10000\n"
+        + "20000,s-p1,g0-p0,0,s-p3,19000,19500,20000\n"
+        + "30000,s-p2,t-p1,1,s-p4,26000,28000,30000\n"
+        + "40000,s-p2,t-p1,0,s-p4,39000,39500,40000\n"
+    )
+    with pytest.raises(CongestionRecordsMissing, match="pauses.json: missing"):
+        pause_record(fd)
+    (tmp_path / "pauses.json").write_text(json.dumps({"samples": 40, "late_periods": 0, "period_ns": 1_000_000}))
+    (tmp_path / "pause_plan.json").write_text(json.dumps({"detour_ports": ["s-p4"]}))
+    (tmp_path / "injections.jsonl").write_text(json.dumps({"t_ns": 25000, "action": "down"}) + "\n")
+    r = pause_record(fd)
+    assert r["pauses"] == 2 and r["pauses_after_failure"] == 1 and r["pauses_on_detours"] == 1
+    assert r["held_by_detours"] == ["t-p1"] and r["paused_transmitters"] == ["g0-p0", "t-p1"]
+    assert r["reaction_real_ns_max"] == 4.0 and r["headroom_real_ns"] == 3000.0 and r["period_real_ns"] == 1000.0
