@@ -158,6 +158,12 @@ FIGURES = {
             (PY, "scripts/bench/flowsim_simgrid.py", "--sizes", "64,1024"),
         ),
         Figure(
+            "flow-ns3",
+            "the flow-level engine against ns-3 on the same 16- and 64-GPU experiments, QP-ordered",
+            (PY, "scripts/bench/flow_ns3.py", "--repeats", "3", "--requests", "40"),
+            heavy=True,
+        ),
+        Figure(
             "flowsim-bench-16384",
             "the flow-level engine at 16,384 GPUs: one KV transfer per prefill GPU",
             (PY, "scripts/bench/flowsim.py", "--sizes", "16384", "--rounds", "1"),
