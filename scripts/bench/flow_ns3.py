@@ -152,7 +152,7 @@ def compare(root: Path) -> dict:
                     for m in sched.itertuples()
                 ],
             )
-            sched["flow_done_ns"] = sched.fid.map(lambda f: done[f][1])
+            sched["flow_done_ns"] = [done[f][1] for f in sched.fid]
             rows.append(
                 {
                     "ns3": figures(sched, "ns3_done_ns"),
