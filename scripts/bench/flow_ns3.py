@@ -35,7 +35,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
 
 from testbed.cli import main as zlab  # noqa: E402
 from testbed.fabric import build_fabric  # noqa: E402
-from testbed.flowsim.engine import FlowEngine  # noqa: E402
+from testbed.flowsim.engine import FlowEngine, run_qp_ordered  # noqa: E402
 from testbed.measure.stats import ci95  # noqa: E402
 
 PAYLOAD, HEADERS, RETH = 4096, 58, 16  # ns-3's packets: path_mtu payload; Eth+IP+UDP+BTH+ICRC; RETH on the first
@@ -60,50 +60,6 @@ TRANSPORTS = {
     "default": [],  # zlab's transport: window 64 packets, go-back-N, drop-tail queues
     "lossless": ["congestion.pfc_enabled=true", "congestion.window_pkts=0"],  # no window, PFC, no drops
 }
-
-
-def run_qp_ordered(engine, transfers) -> dict[int, tuple[int, int]]:
-    """Replay (t_ns, flow_id, src, dst, size_bytes, sport) as the transport sends them: one QP per
-    (source port, destination port), whose messages leave in posting order, each when it is due and
-    the one before it on its QP has completed (an RC QP's FIFO; zlab's transport in both engines).
-    Returns {flow_id: (t_start_ns, t_done_ns)}."""
-    pending = sorted(transfers, key=lambda x: (x[0], x[1]))
-    queues: dict[tuple[str, str], list] = {}
-    for tr in pending:
-        queues.setdefault((tr[2], tr[3]), []).append(tr)
-    qp_of = {tr[1]: (tr[2], tr[3]) for tr in pending}
-    head = {k: 0 for k in queues}
-    busy: set = set()
-    out: dict[int, tuple[int, int]] = {}
-    started: dict[int, int] = {}
-
-    def start_ready(now: int) -> None:
-        for k, q in queues.items():
-            if k not in busy and head[k] < len(q) and q[head[k]][0] <= now:
-                t, fid, src, dst, size, sport = q[head[k]]
-                engine.start(now, fid, src, dst, size, sport)
-                started[fid] = now
-                busy.add(k)
-
-    dues = sorted({tr[0] for tr in pending})
-    i = 0
-    now = 0
-    while len(out) < len(pending):
-        nxt_due = dues[i] if i < len(dues) else None
-        nxt_ev = engine.next_event_ns()
-        cands = [x for x in (nxt_due, nxt_ev) if x is not None]
-        if not cands:
-            raise RuntimeError("replay stalled: nothing due and nothing in flight")
-        now = min(cands)
-        for fid, t_done in engine.advance(now):
-            out[fid] = (started[fid], t_done)
-            k = qp_of[fid]
-            busy.discard(k)
-            head[k] += 1
-        while i < len(dues) and dues[i] <= now:
-            i += 1
-        start_ready(now)
-    return out
 
 
 def run_ns3(name: str, repeats: int, requests: int, results: Path, transport: str = "default") -> Path:

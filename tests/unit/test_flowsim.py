@@ -145,3 +145,32 @@ def test_a_remnant_below_the_clocks_resolution_still_completes():
     finally:
         signal.alarm(0)
         signal.signal(signal.SIGALRM, old)
+
+
+class _OneLink:
+    """An engine whose every transfer crosses one 100 Gb/s link (the driver is what is tested)."""
+
+    def __init__(self):
+        self.net = FluidNetwork(np.array([100 * G]))
+
+    def start(self, t_ns, fid, src, dst, size_bytes, sport):
+        self.net.add(t_ns, fid, np.array([0]), size_bytes)
+
+    def next_event_ns(self):
+        return self.net.next_event_ns()
+
+    def advance(self, t_ns):
+        return self.net.advance(t_ns)
+
+
+def test_qp_ordered_replay_holds_a_message_behind_its_qps_previous_one_by_hand():
+    """QP a->b posts 1 and 2 (100 MB each) at 0; QP c->d posts 3 (100 MB) at 4 ms. 1 runs alone
+    until 4 ms (50 MB), then shares with 3: done at 12 ms. 2 starts only then, shares with 3 (50 MB
+    left): 3 done at 20 ms, 2 has 50 MB left alone at 100 Gb/s: done at 24 ms. Concurrently
+    (run_transfers) 2 would have started at 0."""
+    from testbed.flowsim.engine import run_qp_ordered
+
+    tr = [(0, 1, "a", "b", 100_000_000, 1), (0, 2, "a", "b", 100_000_000, 1), (4_000_000, 3, "c", "d", 100_000_000, 2)]
+    got = run_qp_ordered(_OneLink(), tr)
+    assert got == {1: (0, 12_000_000), 3: (4_000_000, 20_000_000), 2: (12_000_000, 24_000_000)}
+    assert dict(run_transfers(_OneLink(), tr))[2] < 24_000_000
