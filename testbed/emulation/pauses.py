@@ -42,7 +42,6 @@ from ..qdisc_netlink import QdiscReader
 from . import tbf_netlink
 
 MIN_PERIOD_US, MAX_PERIOD_US = 1_000, 10_000  # the loop's sampling period (wall), bounds
-EARLY_SAMPLES = 4  # at most this many samples per period, the extra ones only when a resume is predicted
 PAUSED_RATE_BYTES_PER_S = 1_000  # a 4 KB frame costs 4 s at this rate: a shut gate passes nothing
 OPEN_RATE_FACTOR = 2  # an open gate is twice the port's rate: the htb class above it sets the pace
 CSV_HEADER = "t_ns,port,peer_port,event,cause_port,t_prev_sample_ns,t_sample_ns,t_applied_ns\n"
@@ -175,16 +174,9 @@ class PauseLogic:
     held: dict[tuple[str, str], float] = field(default_factory=dict)  # (ingress, egress) -> bytes
     shut: dict[str, tuple[str, str]] = field(default_factory=dict)  # ingress -> (transmitter, cause egress)
     last: dict | None = None  # the previous sample's counters
-    rate: dict[str, float] = field(default_factory=dict)  # egress -> bytes sent per ns over the last interval
-    need: dict[str, float] = field(default_factory=dict)  # shut ingress -> bytes it must lose to resume
 
-    def _attribute(
-        self, backlog: dict[str, int], sent: dict[str, int], received: dict[str, int], t_ns: int | None = None
-    ) -> None:
-        prev = self.last or {"backlog": {}, "sent": sent, "received": received, "t_ns": None}
-        if t_ns is not None and prev["t_ns"] is not None and t_ns > prev["t_ns"]:
-            dt = t_ns - prev["t_ns"]
-            self.rate = {e: max(0, sent.get(e, 0) - prev["sent"].get(e, 0)) / dt for e in self.feeds}
+    def _attribute(self, backlog: dict[str, int], sent: dict[str, int], received: dict[str, int]) -> None:
+        prev = self.last or {"backlog": {}, "sent": sent, "received": received}
         for e, feeders_e in self.feeds.items():
             q = backlog.get(e, 0)
             arrived = max(0, q - prev["backlog"].get(e, 0) + sent.get(e, 0) - prev["sent"].get(e, 0))
@@ -201,33 +193,10 @@ class PauseLogic:
                     self.held[key] *= q / have
                 else:  # nothing attributed yet: an equal split of what is there
                     self.held[key] = q / len(feeders_e)
-        self.last = {"backlog": dict(backlog), "sent": dict(sent), "received": dict(received), "t_ns": t_ns}
+        self.last = {"backlog": dict(backlog), "sent": dict(sent), "received": dict(received)}
 
-    def next_resume_ns(self) -> int | None:
-        """When the earliest shut ingress should be clear, if its egress queues keep draining at the
-        rates they sent at over the last interval (None: nothing shut, or nothing draining). The
-        loop samples again then, instead of a whole period later: a gate reopens about when the
-        bytes it held have left, not up to a period after (the decision itself is still a sample's)."""
-        t0 = (self.last or {}).get("t_ns")
-        if t0 is None or not self.shut:
-            return None
-        backlog = self.last["backlog"]
-        best = None
-        for i in self.shut:
-            drain = sum(
-                self.held.get((i, e), 0.0) / backlog[e] * self.rate.get(e, 0.0)
-                for e, f in self.feeds.items()
-                if backlog.get(e, 0) > 0 and any(x == i for x, _ in f)
-            )
-            if drain > 0:
-                t = t0 + max(0.0, self.need.get(i, 0.0)) / drain
-                best = t if best is None else min(best, t)
-        return None if best is None else int(best)
-
-    def step(
-        self, backlog: dict[str, int], sent: dict[str, int], received: dict[str, int], t_ns: int | None = None
-    ) -> list[Change]:
-        self._attribute(backlog, sent, received, t_ns)
+    def step(self, backlog: dict[str, int], sent: dict[str, int], received: dict[str, int]) -> list[Change]:
+        self._attribute(backlog, sent, received)
         by_ingress: dict[str, dict[str, float]] = {}
         tx_of = {}
         for e, feeders_e in self.feeds.items():
@@ -249,10 +218,6 @@ class PauseLogic:
                 elif i in self.shut and (shared <= 0 or shared + sw.resume_offset_bytes <= xoff):
                     tx, was = self.shut.pop(i)
                     changes.append(Change(i, tx, False, was))
-                if i in self.shut:
-                    self.need[i] = min(shared, shared + sw.resume_offset_bytes - xoff)
-                else:
-                    self.need.pop(i, None)
         return changes
 
 
@@ -374,7 +339,7 @@ def run_loop(config: dict, out_dir: str, period_ns: int, stop: list) -> dict:
     reader = QdiscReader()
     csv = open(os.path.join(out_dir, "pfc.csv"), "w", buffering=1)
     csv.write(CSV_HEADER)
-    samples = late = changes = early = 0
+    samples = late = changes = 0
     prev = time.monotonic_ns()
     try:
         nxt = prev
@@ -388,25 +353,19 @@ def run_loop(config: dict, out_dir: str, period_ns: int, stop: list) -> dict:
             }
             received = {i: int(os.pread(fd, 32, 0)) for i, fd in rx_fd.items()}
             samples += 1
-            for ch in logic.step({p: x[4] for p, x in leaf.items()}, {p: x[1] for p, x in leaf.items()}, received, t):
+            for ch in logic.step({p: x[4] for p, x in leaf.items()}, {p: x[1] for p, x in leaf.items()}, received):
                 gates.set(ch.transmitter, ch.pause)
                 applied = time.monotonic_ns()
                 csv.write(f"{applied},{ch.ingress},{ch.transmitter},{int(ch.pause)},{ch.cause},{prev},{t},{applied}\n")
                 changes += 1
             prev = t
-            if t >= nxt:  # a regular sample (not one taken early for a predicted resume)
-                nxt += period_ns
+            nxt += period_ns
             now = time.monotonic_ns()
             if now > nxt:
                 late += (now - nxt) // period_ns + 1
                 nxt = now
             else:
-                wake = nxt
-                soon = logic.next_resume_ns()
-                if soon is not None and soon < nxt:
-                    wake = max(soon, t + period_ns // EARLY_SAMPLES)
-                    early += wake < nxt
-                time.sleep(max(0, min(wake, nxt) - now) / 1e9)
+                time.sleep((nxt - now) / 1e9)
     finally:
         for ingress, (tx, cause) in list(logic.shut.items()):
             gates.set(tx, False)
@@ -419,7 +378,6 @@ def run_loop(config: dict, out_dir: str, period_ns: int, stop: list) -> dict:
             os.close(fd)
     return {
         "samples": samples,
-        "early_samples": int(early),
         "late_periods": int(late),
         "changes": changes,
         "period_ns": period_ns,

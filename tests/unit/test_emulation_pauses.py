@@ -171,16 +171,3 @@ def test_the_pause_record_is_read_by_hand_and_fails_closed(tmp_path):
     assert r["pauses"] == 2 and r["pauses_after_failure"] == 1 and r["pauses_on_detours"] == 1
     assert r["held_by_detours"] == ["t-p1"] and r["paused_transmitters"] == ["g0-p0", "t-p1"]
     assert r["reaction_real_ns_max"] == 4.0 and r["headroom_real_ns"] == 3000.0 and r["period_real_ns"] == 1000.0
-
-
-def test_the_next_resume_is_predicted_from_the_last_interval_drain_by_hand():
-    """As the first test, with times. At 1,000 ns a is shut holding 400 of c's 500 (c sent nothing:
-    no prediction). At 2,000 ns c sent 50 B (0.05 B/ns) and holds 450: a 360, b 90; shared 350 + 80,
-    XOFF (900 - 430) / 2 = 235; a must lose 350 + 20 - 235 = 135 B at its share of c's drain,
-    360 / 450 x 0.05 = 0.04 B/ns: 3,375 ns, so the loop samples again at 5,375 ns."""
-    logic = pauses.PauseLogic({"s": _sw()}, {"c": [("a", "A"), ("b", "B")]})
-    logic.step({"c": 0}, {"c": 0}, {"a": 0, "b": 0}, 0)
-    assert [x.pause for x in logic.step({"c": 500}, {"c": 0}, {"a": 400, "b": 100}, 1000)] == [True]
-    assert logic.next_resume_ns() is None  # nothing drained yet
-    assert logic.step({"c": 450}, {"c": 50}, {"a": 400, "b": 100}, 2000) == []
-    assert logic.need["a"] == pytest.approx(135) and logic.next_resume_ns() == 5375
