@@ -133,6 +133,13 @@ FIGURES = {
             timeout_s=3600,
         ),
         Figure(
+            "dcqcn-timing",
+            "when DCQCN's cuts come on the incast, in the emulation and in ns-3",
+            (PY, "scripts/bench/dcqcn_timing.py", "--repeats", "2"),
+            root=True,
+            timeout_s=1800,
+        ),
+        Figure(
             "lossless-incast",
             "an incast in the emulation's lossless mode: pauses, drops, reaction time",
             (PY, "-m", "pytest", "-q", "-s", "-p", "no:cacheprovider", "tests/root/test_emulation_lossless_e2e.py"),
