@@ -24,6 +24,7 @@ from __future__ import annotations
 
 import argparse
 import dataclasses
+import errno
 import json
 import os
 import signal
@@ -288,7 +289,8 @@ class Gates:
         self.writer = ecn.ConfigWriter(marker["cfg_map"]) if marker else None
         self.nl: dict[int | None, tbf_netlink.TbfGate] = {}
         self.kick: dict[str, socket.socket] = {}
-        self.kicks: dict[str, int] = {}  # kick frames sent per port (the loss accounting excuses them)
+        self.kicks: dict[str, int] = {}  # kick frames sent per port
+        self.kicks_link_down: dict[str, int] = {}  # reopened while its link was down: nothing to restart
         for name, g in table.items():
             pid = g["netns_pid"]
             if pid not in self.nl:
@@ -315,7 +317,13 @@ class Gates:
             c = PortConfig(**m["config"])
             self.writer.set(m["ifindex"], dataclasses.replace(c, rate_bytes_per_s=0) if shut else c)
         if not shut:
-            self.kick[name].send(tbf_netlink.kick_frame(g["mac"]))
+            try:
+                self.kick[name].send(tbf_netlink.kick_frame(g["mac"]))
+            except OSError as exc:  # a failed or flapping cable: taking the link down flushed the queue
+                if exc.errno not in (errno.ENETDOWN, errno.ENXIO):
+                    raise
+                self.kicks_link_down[name] = self.kicks_link_down.get(name, 0) + 1
+                return
             self.kicks[name] = self.kicks.get(name, 0) + 1
 
     def close(self) -> None:
@@ -382,6 +390,7 @@ def run_loop(config: dict, out_dir: str, period_ns: int, stop: list) -> dict:
         "changes": changes,
         "period_ns": period_ns,
         "kick_frames": gates.kicks,
+        "reopened_link_down": gates.kicks_link_down,
     }
 
 

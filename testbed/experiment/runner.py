@@ -431,10 +431,14 @@ def _tear_down(r: _Replay, lf: LiveFabric, status: str, log) -> None:
     if r.pauser is not None:  # it opens every gate it shut before it exits
         r.pauser.send_signal(signal.SIGTERM)
         try:
-            r.pauser.wait(timeout=10)
+            rc = r.pauser.wait(timeout=10)
         except subprocess.TimeoutExpired:
             r.pauser.kill()
-            stop_error = stop_error or LabFailure("the pause loop did not stop in 10 s; its gates may be shut")
+            rc = "killed after 10 s"
+        if rc != 0:  # the repeat's result is void without its records; later repeats would meet shut gates
+            stop_error = stop_error or LabFailure(
+                f"the pause loop ended with {rc}; its gates may be shut: see {r.raw / 'pauser.log'}"
+            )
     r.agent.collect_socket_drops()
     write_json(r.raw / "counters.json", r.agent.counters())
     r.agent.close()

@@ -171,3 +171,44 @@ def test_the_pause_record_is_read_by_hand_and_fails_closed(tmp_path):
     assert r["pauses"] == 2 and r["pauses_after_failure"] == 1 and r["pauses_on_detours"] == 1
     assert r["held_by_detours"] == ["t-p1"] and r["paused_transmitters"] == ["g0-p0", "t-p1"]
     assert r["reaction_real_ns_max"] == 4.0 and r["headroom_real_ns"] == 3000.0 and r["period_real_ns"] == 1000.0
+
+
+def test_reopening_a_gate_whose_link_is_down_is_counted_not_fatal():
+    """A flap can take a port's link down while its gate is shut; reopening it then cannot send the
+    kick frame (ENETDOWN), and need not: taking the link down flushed its queue. Counted; any other
+    send error still raises."""
+    import errno
+
+    class Nl:
+        def __init__(self):
+            self.calls = []
+
+        def set(self, *a):
+            self.calls.append(a)
+
+    class Sock:
+        def __init__(self, err):
+            self.err = err
+
+        def send(self, frame):
+            raise OSError(self.err, "no")
+
+    g = pauses.Gates.__new__(pauses.Gates)
+    g.table = {
+        "zb0-p7": {
+            "netns_pid": None,
+            "ifindex": 7,
+            "mac": "02:00:00:00:00:07",
+            "open_rate_bytes_per_s": 10,
+            "burst_bytes": 9000,
+            "limit_bytes": 100_000,
+        }
+    }
+    g.nl, g.marker, g.writer = {None: Nl()}, None, None
+    g.kicks, g.kicks_link_down = {}, {}
+    g.kick = {"zb0-p7": Sock(errno.ENETDOWN)}
+    g.set("zb0-p7", False)
+    assert g.kicks_link_down == {"zb0-p7": 1} and g.kicks == {} and g.nl[None].calls  # the gate itself reopened
+    g.kick = {"zb0-p7": Sock(errno.EPERM)}
+    with pytest.raises(OSError):
+        g.set("zb0-p7", False)
