@@ -32,6 +32,10 @@ import numpy as np
 import pandas as pd
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+
+from congestion_compare import PAIR_64  # noqa: E402  the same 64-GPU pair
+from dcqcn_engines import fmt  # noqa: E402
 
 from testbed.cli import main as zlab  # noqa: E402
 from testbed.fabric import build_fabric  # noqa: E402
@@ -39,13 +43,6 @@ from testbed.flowsim.engine import FlowEngine, run_qp_ordered  # noqa: E402
 from testbed.measure.stats import ci95  # noqa: E402
 
 PAYLOAD, HEADERS, RETH = 4096, 58, 16  # ns-3's packets: path_mtu payload; Eth+IP+UDP+BTH+ICRC; RETH on the first
-PAIR_64 = [
-    "fabrics.zcube=zcube:n=8,gpus_per_server=8",
-    "fabrics.roft=roft:gpus=64,gpus_per_server=8",
-    "deployment.tp=8",
-    "deployment.prefill_instances=4",
-    "deployment.decode_instances=4",
-]
 CASES = {
     "16-rank": ("ZCube(4,2) vs 16-GPU ROFT, rank-shifted", ["deployment.mapping=rank-shifted"]),
     "64-rank": ("ZCube(8,2) vs 64-GPU ROFT, rank-shifted", [*PAIR_64, "deployment.mapping=rank-shifted"]),
@@ -118,12 +115,6 @@ def compare(root: Path) -> dict:
             )
         out[label] = rows
     return out
-
-
-def fmt(c: dict, f: str = "{:.3f}") -> str:
-    if c["mean"] is None:
-        return "—"
-    return f.format(c["mean"]) + (f" ± {f.format(c['ci95'])}" if c["ci95"] is not None else "")
 
 
 def main(argv=None) -> int:

@@ -27,6 +27,9 @@ from pathlib import Path
 import pandas as pd
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+
+from dcqcn_engines import TINY_MODEL, WORKLOAD, fmt  # noqa: E402  the same incast, model and printing
 
 from testbed.experiment import spec as especs  # noqa: E402
 from testbed.experiment.ns3engine import run_experiment as run_ns3  # noqa: E402
@@ -34,13 +37,9 @@ from testbed.experiment.resolve import resolve  # noqa: E402
 from testbed.experiment.runner import run_experiment as run_emulation  # noqa: E402
 from testbed.measure.stats import ci95  # noqa: E402
 
-TINY_MODEL = {"name": "tiny", "layers": 2, "kv_heads": 1, "head_dim": 64}
+# dcqcn_engines' workload without its mapping and load, which differ per case here
 COMMON = [
-    "workload.requests=30",
-    "workload.prefill_overhead_s=0",
-    "workload.prefill_tokens_per_s=1000000000000",
-    "workload.first_decode_step_s=0",
-    "measurement.calibrate=false",
+    *(w for w in WORKLOAD if not w.startswith(("deployment.mapping", "workload.offered_load"))),
     "congestion.pfc_enabled=true",
     "congestion.pfc_buffer_bytes=4000000",
 ]
@@ -111,12 +110,6 @@ def run_one(engine: str, case: str, transport: str, repeats: int, results: Path)
             "invalid": [r["repeat"] for r in m["fabrics"][fab]["repeats"] if not r["fidelity"]["valid"]],
         }
     return out
-
-
-def fmt(c: dict | None, f: str = "{:.3f}") -> str:
-    if not c or c.get("mean") is None:
-        return "—"
-    return f.format(c["mean"]) + (f" ± {f.format(c['ci95'])}" if c.get("ci95") is not None else "")
 
 
 def main(argv=None) -> int:

@@ -16,6 +16,7 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 
+from ..records import read_jsonl
 from .congestion import CongestionRecordsMissing
 from .stats import ci95
 
@@ -53,8 +54,7 @@ def pause_record(fd) -> dict | None:
     detours = set(json.loads(plan_path.read_text()).get("detour_ports", [])) if plan_path.exists() else set()
     cut = None
     if (raw / "injections.jsonl").exists():
-        downs = [json.loads(x) for x in (raw / "injections.jsonl").read_text().splitlines() if x.strip()]
-        downs = [r["t_ns"] for r in downs if r.get("action") in ("down", "gray")]
+        downs = [r["t_ns"] for r in read_jsonl(raw / "injections.jsonl") if r.get("action") in ("down", "gray")]
         cut = min(downs) if downs else None
     return {
         "pauses": int(len(pauses)),
