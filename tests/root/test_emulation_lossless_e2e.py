@@ -17,20 +17,9 @@ from testbed.experiment import spec as especs
 from testbed.experiment.resolve import resolve
 from testbed.experiment.runner import run_experiment
 
-TINY_MODEL = {"name": "tiny", "layers": 2, "kv_heads": 1, "head_dim": 64}
-SETS = [
-    "workload.requests=30",
-    "workload.size_scale=0.2",
-    "workload.offered_load=0.5",
-    "workload.prefill_overhead_s=0",
-    "workload.prefill_tokens_per_s=1000000000000",
-    "workload.first_decode_step_s=0",
-    "repeats=3",
-    "deployment.mapping=incast",
-    "measurement.calibrate=false",
-    "congestion.pfc_enabled=true",
-    "congestion.pfc_buffer_bytes=4000000",
-]
+from .test_emulation_congestion_e2e import BASE, TINY_MODEL  # the same incast, model and repeats
+
+SETS = [*BASE, "congestion.pfc_enabled=true", "congestion.pfc_buffer_bytes=4000000"]
 
 
 @pytest.fixture(scope="module")
