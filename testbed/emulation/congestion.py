@@ -111,14 +111,33 @@ def agent_options(cfg: dict, sc: Scaling, payload_per_packet: int) -> dict:
     }
 
 
+def far_ends(fab, live, ports) -> dict[str, tuple[str, int | None]]:
+    """For each switch egress port named: the interface at the other end of its cable, and the
+    pid whose network namespace holds it (a GPU's host; None: a switch, in this namespace).
+    The marker runs there: that is where a frame is seen the moment the port's shaper releases it."""
+    by_name = {p.name: p for p in fab.ports}
+    out = {}
+    for name in ports:
+        p = by_name[name]
+        link = fab.links[fab.port_link[p.id]]
+        far = fab.ports[link.b if link.a == p.id else link.a]
+        node = fab.nodes[far.node]
+        out[name] = (far.name, None if node.role == "switch" else live.host_pid(node.name))
+    return out
+
+
 class FabricMarkers:
     """The run's marker on every switch egress port of one live fabric. `start` records the pin
-    directory in the fabric's registry before loading, then attaches and configures every port;
-    `snapshot` reads the counters; `stop` removes the pins."""
+    directory in the fabric's registry before loading, then attaches and configures every port
+    (the phantom queue on the port, the marker at its cable's far end); `snapshot` reads the
+    counters; `stop` removes the pins."""
 
-    def __init__(self, name: str, configs: dict[str, ecn.PortConfig]):
+    def __init__(self, name: str, configs: dict[str, ecn.PortConfig], peers: dict[str, tuple[str, int | None]]):
+        if set(peers) != set(configs):
+            raise ValueError("every marked port needs its far end")
         self.marker = ecn.Marker(name)
         self.configs = configs
+        self.peers = peers
         self.ifindex: dict[str, int] = {}
         self.sink: ecn.LldpSink | None = None
 
@@ -129,6 +148,7 @@ class FabricMarkers:
         self.ifindex = {dev: socket.if_nametoindex(dev) for dev in self.configs}
         self.marker.configure_many({self.ifindex[d]: c for d, c in self.configs.items()})
         self.marker.attach_many(list(self.configs))
+        self.marker.attach_peers(self.peers)
         return self
 
     def snapshot(self) -> dict:

@@ -1,17 +1,22 @@
-"""ECN marking at the emulated switches' egress ports: builds, loads, configures and reads the tc
-BPF program in bpf/ecn_marker.bpf.c.
+"""ECN marking at the emulated switches' egress ports: builds, loads, configures and reads the two
+BPF programs in bpf/ecn_marker.bpf.c.
 
-Why BPF: this kernel has no sch_red (and no netem); a tc program on clsact egress can set CE with
-bpf_skb_ecn_set_ce(). Why one program per run, pinned under /sys/fs/bpf/zlab/<run_id>/: every
-port the run marks is attached to the same program, so the per-port configuration, the phantom
-queues and the counters live in one set of maps the run can read at the end, and the pin
-directory is one resource the registry records and `zlab clean` removes (the tc filters go with
-the run's links).
+Why BPF: this kernel has no sch_red (and no netem). Why two programs: a switch marks a frame on
+the backlog left behind it as it leaves the queue (as HPCC and the packet engine do), and no hook
+runs between the egress qdisc and the wire. A tc program on the port's clsact egress keeps a
+phantom queue (every frame adds its length; it drains at the port's shaped rate), and a generic
+XDP program on the interface at the cable's far end, which sees the frame as the shaper releases
+it, marks it on that phantom queue. Why one object per run, pinned under
+/sys/fs/bpf/zlab/<run_id>/: every port the run marks uses the same two programs, so the per-port
+configuration, the phantom queues and the counters live in one set of maps the run can read at
+the end, and the pin directory is one resource the registry records and `zlab clean` removes (the
+tc filters and XDP attachments go with the run's links).
 
-Configuration is per ifindex: the port's shaped rate (the phantom queue drains at it), Kmin,
-Kmax and Pmax of the RED-style curve (testbed/congestion/red.py) in the run's emulated bytes, and
-the width of the counter bins. The counters (ECT frames seen and marked per queue-length bin)
-are what the tests compare with the curve.
+Configuration is per egress ifindex: the port's shaped rate (the phantom queue drains at it),
+Kmin, Kmax and Pmax of the RED-style curve (testbed/congestion/red.py) in the run's emulated
+bytes, and the width of the counter bins; the `peers` map ties each far-end interface to the
+egress port it hears. The counters (ECT frames seen and marked per queue-length bin) are what the
+tests compare with the curve.
 """
 
 from __future__ import annotations
@@ -20,8 +25,10 @@ import json
 import os
 import platform
 import shutil
+import socket
 import struct
 import subprocess
+import time
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -104,13 +111,15 @@ def build(force: bool = False) -> Path:
 
 
 class Marker:
-    """One loaded marker: `load` pins the program and its maps under PIN_ROOT/<name>; `attach`
-    hangs it on a port's clsact egress; `configure` sets a port's curve; `counters` and
-    `queues` read it; `unload` removes the pins (the caller records the directory first)."""
+    """One loaded marker: `load` pins the two programs and their maps under PIN_ROOT/<name>;
+    `attach` hangs the phantom queue on a port's clsact egress and the marker on the far end's
+    XDP hook; `configure` sets a port's curve; `counters` and `queues` read it; `unload` removes
+    the pins (the caller records the directory first)."""
 
     def __init__(self, name: str):
         self.dir = PIN_ROOT / name.replace(".", "_")  # bpffs refuses names with a dot
-        self.prog = self.dir / "prog"
+        self.phantom = self.dir / "progs" / "ecn_phantom"  # tc, switch port egress
+        self.prog = self.dir / "progs" / "ecn_marker"  # generic XDP, the cable's far end
         self.maps = self.dir / "maps"
 
     @staticmethod
@@ -128,7 +137,7 @@ class Marker:
             raise RuntimeFailure(f"{self.dir} exists: another run of this name is loaded (zlab clean removes it)")
         self.dir.mkdir(parents=True)
         _run(
-            ["bpftool", "prog", "load", str(obj), str(self.prog), "type", "classifier", "pinmaps", str(self.maps)],
+            ["bpftool", "prog", "loadall", str(obj), str(self.prog.parent), "pinmaps", str(self.maps)],
             "loading the ECN marker",
         )
         return self
@@ -136,15 +145,41 @@ class Marker:
     def configure(self, ifindex: int, cfg: PortConfig) -> None:
         self.configure_many({ifindex: cfg})
 
-    def attach(self, dev: str) -> None:
-        """clsact on the port (its htb root qdisc stays) and the pinned program on egress."""
-        res = subprocess.run(["tc", "qdisc", "add", "dev", dev, "clsact"], capture_output=True, text=True)
-        if res.returncode != 0 and "File exists" not in res.stderr:
-            raise RuntimeFailure(f"tc qdisc add dev {dev} clsact failed: {res.stderr.strip()}")
-        _run(
-            ["tc", "filter", "replace", "dev", dev, "egress", "bpf", "da", "pinned", str(self.prog)],
-            f"attaching the ECN marker to {dev}",
-        )
+    def attach(self, dev: str, peer: str, peer_netns_pid: int | None = None) -> None:
+        """The phantom queue on `dev`'s clsact egress (its htb root qdisc stays) and the marker on
+        `peer`, the interface at the other end of its cable (in the namespace of that pid)."""
+        self.attach_many([dev])
+        self.attach_peers({dev: (peer, peer_netns_pid)})
+
+    def attach_peers(self, peers: dict[str, tuple[str, int | None]]) -> None:
+        """The marker on each egress port's far end {port: (interface, netns pid or None)}, and
+        the `peers` map entry that ties it to the port: one `ip -batch` per namespace.
+
+        Fails if two far ends share an ifindex (the map's key; different namespaces number their
+        interfaces separately), rather than mark one port's frames on another's queue."""
+        from traffic.port import in_netns
+
+        by_ns: dict[int | None, list[str]] = {}
+        entries: dict[int, int] = {}
+        for dev, (peer, pid) in peers.items():
+            with in_netns(pid):
+                index = socket.if_nametoindex(peer)
+            if index in entries:
+                raise RuntimeFailure(
+                    f"ECN marker: far ends of two ports share ifindex {index} ({peer}): cannot tell their queues apart"
+                )
+            entries[index] = socket.if_nametoindex(dev)
+            by_ns.setdefault(pid, []).append(f"link set dev {peer} xdpgeneric pinned {self.prog}")
+        lines = [
+            " ".join(["map", "update", "pinned", str(self.maps / "peers"), "key"] + _hex(struct.pack("<I", k)))
+            + " "
+            + " ".join(["value"] + _hex(struct.pack("<I", v)))
+            for k, v in entries.items()
+        ]
+        self._batch("bpftool", lines, "tying the ECN marker's far ends to their ports")
+        for pid, cmds in by_ns.items():
+            with in_netns(pid):
+                self._batch("ip", cmds, "attaching the ECN marker (XDP) at the far ends of the fabric's ports")
 
     def configure_many(self, cfgs: dict[int, PortConfig]) -> None:
         """configure() for many ports in one bpftool process (a fabric has hundreds)."""
@@ -165,7 +200,7 @@ class Marker:
     def attach_many(self, devs: list[str]) -> None:
         """attach() for many ports in one tc process."""
         lines = [f"qdisc add dev {d} clsact" for d in devs]
-        lines += [f"filter replace dev {d} egress bpf da pinned {self.prog}" for d in devs]
+        lines += [f"filter replace dev {d} egress bpf da pinned {self.phantom}" for d in devs]
         self._batch("tc", lines, "attaching the ECN marker to the fabric's ports")
 
     def _batch(self, tool: str, lines: list[str], what: str) -> None:
@@ -174,7 +209,7 @@ class Marker:
         batch = BUILD_DIR / f"{self.dir.name}.{tool}.batch"
         batch.write_text("\n".join(lines) + "\n")
         try:
-            cmd = ["bpftool", "batch", "file", str(batch)] if tool == "bpftool" else ["tc", "-batch", str(batch)]
+            cmd = ["bpftool", "batch", "file", str(batch)] if tool == "bpftool" else [tool, "-batch", str(batch)]
             _run(cmd, what)
         finally:
             batch.unlink(missing_ok=True)
@@ -186,13 +221,34 @@ class Marker:
             ["bpftool", "map", "delete", "pinned", str(self.maps / "state"), "key", *_hex(key)], capture_output=True
         )
 
+    def set_queue(self, ifindex: int, queue_bytes: int) -> None:
+        """Put a port's phantom queue at `queue_bytes` now (tests: with rate 0 it stays there)."""
+        value = struct.pack("<QQQQ", 0, queue_bytes, time.monotonic_ns(), queue_bytes)  # lock word, queue, last, max
+        _run(
+            ["bpftool", "map", "update", "pinned", str(self.maps / "state"), "key"]
+            + _hex(struct.pack("<I", ifindex))
+            + ["value"]
+            + _hex(value),
+            "setting a phantom queue",
+        )
+
+    def tie(self, far_end_ifindex: int, port_ifindex: int) -> None:
+        """Tie a far-end ifindex to a port without attaching anything (tests: BPF_PROG_TEST_RUN)."""
+        _run(
+            ["bpftool", "map", "update", "pinned", str(self.maps / "peers"), "key"]
+            + _hex(struct.pack("<I", far_end_ifindex))
+            + ["value"]
+            + _hex(struct.pack("<I", port_ifindex)),
+            "tying a far end to a port",
+        )
+
     def _dump(self, name: str) -> list[dict]:
         return json.loads(_run(["bpftool", "-j", "map", "dump", "pinned", str(self.maps / name)], f"reading {name}"))
 
     def counters(self) -> pd.DataFrame:
-        """(ifindex, bin, frames, marked, unmarkable): ECT frames the program saw per port with the
-        phantom backlog ahead of them in [bin, bin + 1) x bin_bytes (the last bin: everything
-        deeper), those it marked CE, and those the curve chose but the kernel could not mark."""
+        """(ifindex, bin, frames, marked, unmarkable): ECT frames that left each egress port with
+        the phantom backlog behind them in [bin, bin + 1) x bin_bytes (the last bin: everything
+        deeper), those marked CE, and those the curve chose but that could not be marked."""
         rows = []
         for e in self._dump("bins"):
             key, v = e["formatted"]["key"], e["formatted"]["value"]
@@ -209,26 +265,21 @@ class Marker:
         ]
         return pd.DataFrame(rows, columns=["ifindex", "queue_bytes", "max_queue_bytes", "last_ns"])
 
-    def test_run(self, frame: bytes, repeat: int, scratch: Path) -> bytes:
-        """Run the program `repeat` times on one frame without a device (BPF_PROG_TEST_RUN, the
-        skb on the loopback device, ifindex 1); returns the frame as the last run left it."""
-        src, out = scratch / "frame.in", scratch / "frame.out"
+    def test_run(self, frame: bytes, repeat: int, scratch: Path, program: str = "marker") -> bytes:
+        """Run one program `repeat` times on one frame without a device (BPF_PROG_TEST_RUN):
+        "phantom" as if the loopback device (ifindex 1) sent it, "marker" as if it arrived on the
+        loopback device; returns the frame as the last run left it."""
+        src, out, ctx = scratch / "frame.in", scratch / "frame.out", scratch / "ctx.in"
         src.write_bytes(frame)
+        extra = []
+        if program == "marker":  # struct xdp_md: data 0, data_end the frame's length, ingress ifindex 1
+            ctx.write_bytes(struct.pack("<6I", 0, len(frame), 0, 1, 0, 0))
+            extra = ["ctx_in", str(ctx)]
+        prog = {"marker": self.prog, "phantom": self.phantom}[program]
         _run(
-            [
-                "bpftool",
-                "prog",
-                "run",
-                "pinned",
-                str(self.prog),
-                "data_in",
-                str(src),
-                "data_out",
-                str(out),
-                "repeat",
-                str(repeat),
-            ],
-            "running the ECN marker on a test frame",
+            ["bpftool", "prog", "run", "pinned", str(prog), "data_in", str(src), *extra, "data_out", str(out)]
+            + ["repeat", str(repeat)],
+            f"running the ECN {program} on a test frame",
         )
         return out.read_bytes()
 
@@ -298,7 +349,8 @@ class ConfigWriter:
 
     def set(self, ifindex: int, config: PortConfig) -> None:
         key = self._ctypes.create_string_buffer(struct.pack("<I", ifindex), 4)
-        value = self._ctypes.create_string_buffer(config.packed(), 40)
+        packed = config.packed()
+        value = self._ctypes.create_string_buffer(packed, len(packed))
         attr = struct.pack("=IIQQQ", self.fd, 0, self._ctypes.addressof(key), self._ctypes.addressof(value), 0)
         self._bpf(_BPF_MAP_UPDATE_ELEM, attr + bytes(120 - len(attr)), f"update ifindex {ifindex}")
 

@@ -122,7 +122,9 @@ def _congestion(exp: Experiment, fr: FabricRun, lf: LiveFabric, live: LiveRun, l
     markers, coarse = None, []
     if cfg["ecn_enabled"]:
         configs, coarse = emcc.marker_configs(fr.fabric, cfg, sc, fr.emulation.mtu_bytes)
-        markers = emcc.FabricMarkers(lf.registry_id, configs).start(lf.registry)
+        markers = emcc.FabricMarkers(lf.registry_id, configs, emcc.far_ends(fr.fabric, live, configs)).start(
+            lf.registry
+        )
         log(
             f"[zlab]   ECN marking on {len(configs)} switch egress ports"
             + (f"; {len(coarse)} with Kmax below {emcc.MIN_FRAMES} frames: qualitative there" if coarse else "")
