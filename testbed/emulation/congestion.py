@@ -111,9 +111,10 @@ def agent_options(cfg: dict, sc: Scaling, payload_per_packet: int) -> dict:
     }
 
 
-def far_ends(fab, live, ports) -> dict[str, tuple[str, int | None]]:
-    """For each switch egress port named: the interface at the other end of its cable, and the
-    pid whose network namespace holds it (a GPU's host; None: a switch, in this namespace).
+def far_ends(fab, live, ports) -> dict[str, tuple[str, int | None, str | None]]:
+    """For each switch egress port named: the interface at the other end of its cable, the pid
+    whose network namespace holds it and its MAC when it is a GPU's NIC (None, None: a switch,
+    in this namespace).
     The marker runs there: that is where a frame is seen the moment the port's shaper releases it."""
     by_name = {p.name: p for p in fab.ports}
     out = {}
@@ -122,7 +123,7 @@ def far_ends(fab, live, ports) -> dict[str, tuple[str, int | None]]:
         link = fab.links[fab.port_link[p.id]]
         far = fab.ports[link.b if link.a == p.id else link.a]
         node = fab.nodes[far.node]
-        out[name] = (far.name, None if node.role == "switch" else live.host_pid(node.name))
+        out[name] = (far.name, None, None) if node.role == "switch" else (far.name, live.host_pid(node.name), far.mac)
     return out
 
 
@@ -132,7 +133,9 @@ class FabricMarkers:
     (the phantom queue on the port, the marker at its cable's far end); `snapshot` reads the
     counters; `stop` removes the pins."""
 
-    def __init__(self, name: str, configs: dict[str, ecn.PortConfig], peers: dict[str, tuple[str, int | None]]):
+    def __init__(
+        self, name: str, configs: dict[str, ecn.PortConfig], peers: dict[str, tuple[str, int | None, str | None]]
+    ):
         if set(peers) != set(configs):
             raise ValueError("every marked port needs its far end")
         self.marker = ecn.Marker(name)

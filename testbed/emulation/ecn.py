@@ -145,36 +145,50 @@ class Marker:
     def configure(self, ifindex: int, cfg: PortConfig) -> None:
         self.configure_many({ifindex: cfg})
 
-    def attach(self, dev: str, peer: str, peer_netns_pid: int | None = None) -> None:
+    def attach(self, dev: str, peer: str, peer_netns_pid: int | None = None, peer_mac: str | None = None) -> None:
         """The phantom queue on `dev`'s clsact egress (its htb root qdisc stays) and the marker on
-        `peer`, the interface at the other end of its cable (in the namespace of that pid)."""
+        `peer`, the interface at the other end of its cable: a switch port here, or (with its MAC)
+        a GPU NIC port, in the namespace of that pid."""
         self.attach_many([dev])
-        self.attach_peers({dev: (peer, peer_netns_pid)})
+        self.attach_peers({dev: (peer, peer_netns_pid, peer_mac)})
 
-    def attach_peers(self, peers: dict[str, tuple[str, int | None]]) -> None:
-        """The marker on each egress port's far end {port: (interface, netns pid or None)}, and
-        the `peers` map entry that ties it to the port: one `ip -batch` per namespace.
-
-        Fails if two far ends share an ifindex (the map's key; different namespaces number their
-        interfaces separately), rather than mark one port's frames on another's queue."""
+    def attach_peers(self, peers: dict[str, tuple[str, int | None, str | None]]) -> None:
+        """The marker on each egress port's far end {port: (interface, netns pid or None, MAC of
+        a GPU NIC or None)} and the map entry that ties it to the port: one `ip -batch` per
+        namespace. A switch end is known by its ifindex (`peers`); a NIC end by its MAC
+        (`nic_peers`), since every GPU's namespace numbers its interfaces from 2 again and XDP
+        cannot tell the namespaces apart. Two far ends with one key fail the run rather than mark
+        one port's frames on another's queue."""
         from traffic.port import in_netns
 
         by_ns: dict[int | None, list[str]] = {}
-        entries: dict[int, int] = {}
-        for dev, (peer, pid) in peers.items():
-            with in_netns(pid):
+        switch_ends: dict[int, int] = {}
+        nic_ends: dict[bytes, int] = {}
+        for dev, (peer, pid, mac) in peers.items():
+            port = socket.if_nametoindex(dev)
+            if mac is not None:
+                key = bytes.fromhex(mac.replace(":", "")) + bytes(2)
+                if key in nic_ends:
+                    raise RuntimeFailure(f"ECN marker: two far ends have MAC {mac} ({peer})")
+                nic_ends[key] = port
+                prog = self.prog.with_name("ecn_marker_nic")
+            else:
+                if pid is not None:
+                    raise ValueError(f"far end {peer} is in another namespace: give its MAC")
                 index = socket.if_nametoindex(peer)
-            if index in entries:
-                raise RuntimeFailure(
-                    f"ECN marker: far ends of two ports share ifindex {index} ({peer}): cannot tell their queues apart"
-                )
-            entries[index] = socket.if_nametoindex(dev)
-            by_ns.setdefault(pid, []).append(f"link set dev {peer} xdpgeneric pinned {self.prog}")
+                if index in switch_ends:
+                    raise RuntimeFailure(f"ECN marker: two far ends have ifindex {index} ({peer})")
+                switch_ends[index] = port
+                prog = self.prog
+            by_ns.setdefault(pid, []).append(f"link set dev {peer} xdpgeneric pinned {prog}")
         lines = [
-            " ".join(["map", "update", "pinned", str(self.maps / "peers"), "key"] + _hex(struct.pack("<I", k)))
-            + " "
-            + " ".join(["value"] + _hex(struct.pack("<I", v)))
-            for k, v in entries.items()
+            " ".join(["map", "update", "pinned", str(self.maps / name), "key", *_hex(k), "value", *_hex(v)])
+            for name, entries in (
+                ("peers", {struct.pack("<I", k): v for k, v in switch_ends.items()}),
+                ("nic_peers", nic_ends),
+            )
+            for k, port in entries.items()
+            for v in [struct.pack("<I", port)]
         ]
         self._batch("bpftool", lines, "tying the ECN marker's far ends to their ports")
         for pid, cmds in by_ns.items():

@@ -109,12 +109,14 @@ def test_the_phantom_queue_drains_at_the_port_rate(marker, tmp_path):
     assert marker.counters().empty  # the phantom queue never marks
 
 
-def test_a_veth_port_marks_roce_frames_as_they_leave_and_their_icrc_stays_valid(marker):
+@pytest.mark.parametrize("far_end", ["switch", "nic"])
+def test_a_veth_port_marks_roce_frames_as_they_leave_and_their_icrc_stays_valid(marker, far_end):
     """The phantom queue on a real veth's egress, the marker on its peer, RoCEv2 frames sent on a
     packet socket as the agents send them and received on one as the agents (and OVS) receive them.
     With the queue never draining, Kmin 0 and Pmax 1, every ECT(0) frame after the first leaves
     CE-marked (the first leaves nothing behind it), and the receiver's parser (ICRC, which masks
-    the TOS byte) accepts every one. Then, draining at 1 GB/s with frames 20 ms apart, none is."""
+    the TOS byte) accepts every one. Then, draining at 1 GB/s with frames 20 ms apart, none is.
+    The far end known as a switch port (by ifindex) and as a GPU NIC (by its MAC)."""
     from traffic import roce
 
     a = f"zecn{uuid.uuid4().hex[:4]}a"
@@ -126,13 +128,15 @@ def test_a_veth_port_marks_roce_frames_as_they_leave_and_their_icrc_stays_valid(
             subprocess.run(["ip", "link", "set", dev, "up"], check=True)
         ifindex = socket.if_nametoindex(a)
         marker.configure(ifindex, ecn.PortConfig(0, 0, 1, 1.0, BIN))
-        marker.attach(a, b)
+        dst_mac = "02:5a:00:00:00:02"
+        subprocess.run(["ip", "link", "set", b, "address", dst_mac], check=True)
+        marker.attach(a, b, peer_mac=dst_mac if far_end == "nic" else None)
         rx = socket.socket(socket.AF_PACKET, socket.SOCK_RAW, socket.htons(3))  # ETH_P_ALL, as OVS listens
         rx.bind((b, 0))
         rx.settimeout(2)
         tx = socket.socket(socket.AF_PACKET, socket.SOCK_RAW)
         tx.bind((a, 0))
-        src, dst = roce.Endpoint("02:5a:00:00:00:01", "10.251.0.1"), roce.Endpoint("02:5a:00:00:00:02", "10.251.0.2")
+        src, dst = roce.Endpoint("02:5a:00:00:00:01", "10.251.0.1"), roce.Endpoint(dst_mac, "10.251.0.2")
         f = roce.FrameBuilder(src, dst, 50000, 0x11, tos=roce.ECT0)
 
         def send(n: int, gap_s: float) -> list[int]:

@@ -63,9 +63,16 @@ struct {
 struct {
   __uint(type, BPF_MAP_TYPE_HASH);
   __uint(max_entries, 65536);
-  __type(key, __u32);      // ifindex of the interface at the cable's far end (unique across the
-  __type(value, __u32);    // fabric's namespaces: ecn.py checks) -> the egress port it hears
+  __type(key, __u32);      // ifindex of a switch port at the cable's far end -> the egress port it hears
+  __type(value, __u32);
 } peers SEC(".maps");
+
+struct {
+  __uint(type, BPF_MAP_TYPE_HASH);
+  __uint(max_entries, 65536);
+  __type(key, __u64);      // MAC of a GPU NIC port at the cable's far end -> the egress port it hears.
+  __type(value, __u32);    // Why a MAC: each GPU's namespace numbers its interfaces from 2 again, and
+} nic_peers SEC(".maps");  // XDP cannot tell namespaces apart; frames reach a NIC addressed to it
 
 struct {
   __uint(type, BPF_MAP_TYPE_HASH);
@@ -111,12 +118,8 @@ int ecn_phantom(struct __sk_buff *skb) {
   return TC_ACT_OK;
 }
 
-SEC("xdp")
-int ecn_marker(struct xdp_md *ctx) {
-  __u32 in = ctx->ingress_ifindex;
-  __u32 *egress = bpf_map_lookup_elem(&peers, &in);
-  if (!egress) return XDP_PASS;
-  __u32 port = *egress;
+// Mark a frame that has just left egress port `port` on the backlog it left behind.
+static __always_inline int mark_on_leaving(struct xdp_md *ctx, __u32 port) {
   struct port_cfg *c = bpf_map_lookup_elem(&cfg, &port);
   if (!c) return XDP_PASS;
   void *data = (void *)(long)ctx->data, *end = (void *)(long)ctx->data_end;
@@ -165,6 +168,25 @@ int ecn_marker(struct xdp_md *ctx) {
   __sync_fetch_and_add(&b->frames, 1);
   if (mark) __sync_fetch_and_add(&b->marked, 1);
   return XDP_PASS;
+}
+
+
+SEC("xdp")
+int ecn_marker(struct xdp_md *ctx) {
+  __u32 in = ctx->ingress_ifindex;
+  __u32 *egress = bpf_map_lookup_elem(&peers, &in);
+  return egress ? mark_on_leaving(ctx, *egress) : XDP_PASS;
+}
+
+SEC("xdp")
+int ecn_marker_nic(struct xdp_md *ctx) {
+  void *data = (void *)(long)ctx->data, *end = (void *)(long)ctx->data_end;
+  struct ethhdr *eth = data;
+  if ((void *)(eth + 1) > end) return XDP_PASS;
+  __u64 mac = 0;
+  __builtin_memcpy(&mac, eth->h_dest, ETH_ALEN);
+  __u32 *egress = bpf_map_lookup_elem(&nic_peers, &mac);
+  return egress ? mark_on_leaving(ctx, *egress) : XDP_PASS;
 }
 
 char LICENSE[] SEC("license") = "GPL";
