@@ -29,6 +29,27 @@ def test_every_switch_egress_port_is_configured_and_coarse_ones_named():
     assert len(emcc.marker_configs(fab, below, SC, frame_bytes=9000)[1]) == len(switch_ports)
 
 
+def test_every_marked_port_is_heard_at_its_cables_far_end():
+    """ZCube(4,2): an A switch's port to GPU 0's cons port is heard at g0-p0 in g0's namespace
+    (known by its MAC); its port to B0 at B0's port in this namespace. Every marked port once."""
+    from types import SimpleNamespace as NS
+
+    fab = build_fabric("zcube:n=4,gpus_per_server=4")
+    cfgs, _ = emcc.marker_configs(fab, {"ecn_enabled": True}, SC, frame_bytes=9000)
+    pids = {g.name: 1000 + i for i, g in enumerate(fab.gpus)}
+    ends = emcc.far_ends(fab, NS(host_pid=pids.__getitem__), cfgs)
+    assert set(ends) == set(cfgs)
+    by_name = {p.name: p for p in fab.ports}
+    g0 = by_name["g0-p0"]
+    (to_g0,) = [n for n, (far, _, _) in ends.items() if far == "g0-p0"]
+    assert ends[to_g0] == ("g0-p0", pids["g0"], g0.mac) and fab.nodes[by_name[to_g0].node].role == "switch"
+    switch_ends = [(n, far) for n, (far, pid, mac) in ends.items() if pid is None]
+    assert len(switch_ends) == 2 * 16  # ZCube(4,2): 16 fabric cables, each heard at both ends
+    for n, far in switch_ends:
+        assert fab.nodes[by_name[far].node].role == "switch" and ends[far][0] == n  # each the other's far end
+    assert len({mac for _, _, mac in ends.values() if mac}) == 2 * fab.n_gpus  # one NIC MAC per GPU port
+
+
 def test_dcqcn_timers_take_the_dilation_and_rates_the_rate_scale():
     q = emcc.dcqcn({"ecn_enabled": True, "cc": "dcqcn"}, 5e6, SC)  # a 400 Gb/s port emulated at 5 Mb/s
     p = q.p
