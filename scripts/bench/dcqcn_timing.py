@@ -1,12 +1,12 @@
 """Experiment: when DCQCN's cuts come, in the emulation and in ns-3, on the incast of dcqcn_engines.py
 (DCQCN, no window). Needs root (the emulation) and provision.sh --referee (ns-3).
 
-Why: with no window the emulation's QPs are cut deeper than ns-3's. Where the mark is made is the
-suspect: ns-3 marks a packet as it leaves the queue, the emulation's marker before it enters, so a
-marked frame still waits behind that queue before its receiver can answer. This prints, per engine
-and repeat, over all QPs in real microseconds from the schedule's start: the earliest and the latest
-first cut, the cuts per QP (min-max) and the last cut; and the queueing delay a frame marked at
-Kmin and at Kmax waits on the bottleneck port (the thresholds over its real rate).
+Why: with no window the emulation's QPs were cut deeper than ns-3's while its marker marked frames
+as they entered the queue, so a marked frame still waited behind that queue before its receiver
+could answer; both engines now mark as a frame leaves. This prints, per engine and repeat, over all
+QPs in real microseconds from the schedule's start: the earliest and the latest first cut, the cuts
+per QP (min-max) and the last cut; and how long the bottleneck port takes to drain a queue at Kmin
+and at Kmax (the thresholds over its real rate: the delay a mark made on entry would add).
 
     sudo .venv/bin/python scripts/bench/dcqcn_timing.py [--repeats 2]
 """
@@ -76,7 +76,7 @@ def main(argv=None) -> int:
     c = ccparams.defaults()
     kmin, kmax = per_25g(c["ecn_kmin_bytes_per_25g"], PORT_BPS), per_25g(c["ecn_kmax_bytes_per_25g"], PORT_BPS)
     print(
-        f"a frame marked at Kmin ({kmin / 1e6:.1f} MB) waits {kmin * 8 / PORT_BPS * 1e6:.0f} us on a 200 Gb/s port, "
+        f"a queue at Kmin ({kmin / 1e6:.1f} MB) drains in {kmin * 8 / PORT_BPS * 1e6:.0f} us on a 200 Gb/s port, "
         f"at Kmax ({kmax / 1e6:.1f} MB) {kmax * 8 / PORT_BPS * 1e6:.0f} us; a CNP may follow every "
         f"{c['cnp_interval_ns'] / 1e3:.0f} us per QP"
     )

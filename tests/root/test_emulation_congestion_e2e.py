@@ -81,12 +81,12 @@ def bottleneck_goodput(root) -> list[float]:
     return out
 
 
-def test_dcqcn_lowers_queueing_at_a_cost_in_bottleneck_goodput(pair):
+def test_dcqcn_lowers_queueing_while_the_bottleneck_stays_busy(pair):
     """Queueing delay p99 (mean over 3 repeats) at most 80 % of the run without congestion
-    control. Without it the incast keeps the bottleneck at least 90 % busy; with DCQCN at HPCC's
-    timers it does not (measured 71-89 %: the rate-increase timer, 300 µs real, is longer than
-    these transfers), so the band is >= 60 %: a collapse fails, the measured cost passes, and
-    docs/congestion.md states it rather than the issue's 90 %."""
+    control, while the bottleneck stays at least 90 % busy on the mean over repeats, with and
+    without DCQCN. This needs marks made as frames leave the queue: marking them on entry (the
+    marker's first version) delayed every CNP by the queue it reported, DCQCN cut too deep and
+    too often, and the bottleneck fell to 71-89 % (docs/congestion.md)."""
     (plain_root, plain), (cc_root, cc) = pair
     q_plain, q_cc = _mean(plain, "queue_delay_p99_real_s"), _mean(cc, "queue_delay_p99_real_s")
     g_plain, g_cc = bottleneck_goodput(plain_root), bottleneck_goodput(cc_root)
@@ -95,5 +95,5 @@ def test_dcqcn_lowers_queueing_at_a_cost_in_bottleneck_goodput(pair):
         f"{[round(float(x), 3) for x in g_plain]} -> {[round(float(x), 3) for x in g_cc]} of line"
     )
     assert q_cc <= 0.8 * q_plain
-    assert min(g_plain) >= 0.9
-    assert sum(g_cc) / len(g_cc) >= 0.6
+    assert sum(g_plain) / len(g_plain) >= 0.9
+    assert sum(g_cc) / len(g_cc) >= 0.9
