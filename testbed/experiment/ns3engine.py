@@ -217,7 +217,10 @@ def run_repeat(exp: Experiment, fr: FabricRun, rep: Repeat, fdir: Path, timeout_
         deadline_s=plan.horizon_s + exp.spec["timeout_s"],
         link_model="serialiser",
     )
-    sc.text = with_params(sc.text, extra_params(exp.spec))
+    extra = extra_params(exp.spec)
+    if extra:  # ECN marking draws: each repeat its own, as the emulation's marker draws afresh
+        extra["rng_seed"] = rep.seed
+    sc.text = with_params(sc.text, extra)
     res = simulate.run(sc, raw / "ns3", log=lambda *_: None, timeout_s=timeout_s)
     _write_records(res, raw, ports, fab)
     completed = int(res.messages["t_complete_ns"].notna().sum())

@@ -119,6 +119,21 @@ def test_a_lossless_run_reports_what_operators_watch(lossless_run):
 
 
 @pytest.mark.slow
+def test_each_repeat_draws_its_own_ecn_marks(lossless_run):
+    """The marking generator is seeded with the repeat's seed: repeats are independent draws of
+    the marks too, not the same draw replayed (which gave every DCQCN row a CI of 0)."""
+    for fab in ("zcube", "roft"):
+        seeds = []
+        for rep in (0, 1):
+            raw = lossless_run / fab / "raw" / f"rep{rep}"
+            seed = json.loads((raw / "plan.json").read_text())["seed"]
+            params = [ln.split() for ln in (raw / "ns3" / "scenario.txt").read_text().splitlines()]
+            assert [p[2] for p in params if p[:2] == ["param", "rng_seed"]] == [str(seed)]
+            seeds.append(seed)
+        assert seeds[0] != seeds[1]
+
+
+@pytest.mark.slow
 def test_a_missing_pause_record_voids_the_report(lossless_run, tmp_path):
     copy = tmp_path / "run"
     shutil.copytree(lossless_run, copy)
