@@ -7,7 +7,8 @@ predicted by interpolating between the two measured points nearest to it in link
 veth pair, two OVS or host interfaces), on a log-log scale (a power law between them), and
 extrapolated beyond the largest with the slope of the last two. A fabric kind with two measured
 points or more is predicted from its own; otherwise from every point. A measured size that did not
-come up, and every larger one of its kind, is reported with the error it failed with.
+come up, and every larger one of its kind, is reported with the error it failed with; what it
+measured before it failed (its build, its memory) still counts for those quantities.
 """
 
 from __future__ import annotations
@@ -83,8 +84,10 @@ def predict(fabric, costs: dict | None, mem_available_bytes: int, cpu_headroom: 
         pr.verdict = "unknown"
         pr.reasons.append("no measured size came up")
         return pr
-    for q in QUANTITIES:
-        pr.values[q] = interpolate([(p["links"], p["zlab"][q]) for p in use], pr.links)
+    for q in QUANTITIES:  # a size that failed still counts for what it measured before it failed (its memory)
+        have = [p for p in pts if q in p.get("zlab", {})]
+        mine = [p for p in have if p["spec"].split(":")[0] == fabric.kind]
+        pr.values[q] = interpolate([(p["links"], p["zlab"][q]) for p in (mine if len(mine) >= 2 else have)], pr.links)
     lo = min(p["links"] for p in use)
     hi = max(p["links"] for p in use)
     how = "interpolated" if lo <= pr.links <= hi else "extrapolated"

@@ -91,6 +91,14 @@ def test_a_size_that_failed_here_and_every_larger_one_do_not_fit():
     assert sizing.predict(build_fabric("roft:gpus=1024,gpus_per_server=8,radix=64,tiers=2"), costs, 20 * GiB, 0.7).fits
 
 
+def test_what_a_failed_size_measured_before_it_failed_counts():
+    failed = {"spec": "zcube:n=32", "links": 3072, "zlab": {"error": "stopped", "peak_memory_bytes": 12.8 * GiB}}
+    pr = sizing.predict(build_fabric("zcube:n=32"), {"points": [*COSTS["points"], failed]}, 20 * GiB, 0.7)
+    assert pr.values["peak_memory_bytes"] == pytest.approx(12.8 * GiB)  # measured, not the 6.4 GiB extrapolation
+    assert pr.values["ready_s"] == pytest.approx(512.0)  # never measured there: still extrapolated
+    assert pr.verdict == "does not fit"
+
+
 def test_a_kind_with_two_points_is_predicted_from_its_own():
     costs = {
         "points": [
