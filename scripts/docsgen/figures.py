@@ -219,6 +219,12 @@ FIGURES = {
             root=True,
         ),
         Figure(
+            "emulation-sizes",
+            "what fits this machine: bring-up time, peak memory and idle CPU per fabric size (the size check's record)",
+            (PY, "scripts/bench/emulation.py", "--show-costs", "testbed/emulation/size_costs.json"),
+            fmt="markdown",
+        ),
+        Figure(
             "datapath-bench",
             "OVS datapath options: forwarding rate per core and whether shaping holds",
             (PY, "scripts/bench/datapath.py"),

@@ -50,6 +50,42 @@ def user_set_rate(args_spec, overrides) -> bool:
     return False
 
 
+def size_check(fabric, costs=None, mem_available_bytes: int | None = None):
+    """Will this fabric fit this machine: the prediction from the measured bring-ups
+    (testbed/emulation/size_costs.json), against MemAvailable now."""
+    from ..emulation import sizing
+    from ..experiment.planner import HEADROOM
+
+    costs = sizing.load() if costs is None else costs
+    avail = sizing.mem_available() if mem_available_bytes is None else mem_available_bytes
+    return sizing.predict(fabric, costs, avail, HEADROOM)
+
+
+def size_table(specs, costs=None, mem_available_bytes: int | None = None) -> list[str]:
+    """One line per fabric spec: verdict, predicted ready time and peak memory, and why."""
+    from ..emulation import sizing
+    from ..fabric import build_fabric
+
+    costs = sizing.load() if costs is None else costs
+    avail = sizing.mem_available() if mem_available_bytes is None else mem_available_bytes
+    out = [
+        f"fabric sizes on this machine ({avail / 2**30:.1f} GiB available now), predicted from "
+        f"{len((costs or {}).get('points', []))} measured bring-ups ({sizing.COSTS.name}):",
+        f"  {'fabric':<52} {'GPUs':>5} {'links':>6} {'ready s':>8} {'peak GiB':>8} {'ovs idle':>8}  verdict",
+    ]
+    for spec in specs:
+        pr = size_check(build_fabric(spec), costs, avail)
+        v = pr.values
+        nums = (
+            f"{v['ready_s']:>8.0f} {v['peak_memory_bytes'] / 2**30:>8.1f} {v['ovs_idle_cores']:>8.2f}"
+            if v
+            else f"{'—':>8} {'—':>8} {'—':>8}"
+        )
+        why = f" ({'; '.join(pr.reasons)})" if pr.reasons else ""
+        out.append(f"  {spec:<52} {pr.gpus:>5} {pr.links:>6} {nums}  {pr.verdict}{why}")
+    return out
+
+
 def print_plan(exp) -> None:
     """The resolved plan per fabric: what `zlab run` would do, and what it will cost."""
     w, d = exp.spec["workload"], exp.spec["deployment"]
@@ -86,6 +122,11 @@ def print_plan(exp) -> None:
             f"  expected peak packet rate  {f['peak_nic_frames_per_s']:,.0f} frames/s from NICs, "
             f"{f['peak_switch_forwards_per_s']:,.0f} switch forwards/s"
         )
+        if exp.spec.get("engine", "emulation") == "emulation":
+            from ..emulation import sizing
+
+            for line in sizing.describe(size_check(fr.fabric)):
+                print(f"  {line}")
         if fr.failplan:
             fp = fr.failplan
             print(

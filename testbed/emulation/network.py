@@ -59,6 +59,27 @@ def _mininet():
                 self.vsctl_errors = [*getattr(self, "vsctl_errors", []), out.strip()[:400]]
             return out
 
+        @classmethod
+        def batchStartup(cls, switches, run=errRun):
+            """Every switch's start command in a few ovs-vsctl transactions (Mininet cuts them at
+            128,000 characters), not one per switch: ovs-vswitchd reconfigures every port it has on
+            each transaction, so one per switch made starting the bridges quadratic in ports (issue
+            27: ZCube(32,2)'s 64 bridges of 64 ports took minutes, the later ones seconds each).
+            Not through a node's pty either (see vsctl). What ovs-vsctl says is kept for the
+            ports check."""
+            said = []
+
+            def run_keep(cmd, **kw):
+                o, e, rc = run(cmd, **kw)
+                if "ovs-vsctl:" in o + e or rc:
+                    said.append(f"(exit {rc}) {(o + e).strip()[:400]}")
+                return o, e, rc
+
+            started = super().batchStartup(switches, run=run_keep)
+            for sw in switches:
+                sw.vsctl_errors = [*getattr(sw, "vsctl_errors", []), *said]
+            return started
+
     class ZlabController(RemoteController):
         """The run's own controller, which LiveFabric has already seen listening (a socket connect).
         Mininet's check telnets to the port and decodes the reply as UTF-8: when the controller's
@@ -197,6 +218,7 @@ def build(em: Emulation, controller_port: int) -> Emulation:
             datapath="user" if dp == "netdev" else "kernel",
             protocols="OpenFlow13",
             failMode="secure",
+            batch=True,  # started together by batchStartup, see ZlabSwitch
         )
     for node in list(net.hosts) + list(net.switches):
         registry.process(node.pid, f"mininet shell {node.name}")

@@ -108,8 +108,8 @@ class LiveFabric:
         self._old_sigterm = signal.signal(signal.SIGTERM, raise_terminated)
         try:
             self._start()
-        except BaseException:
-            self.close(status="failed")
+        except BaseException as exc:
+            self.close(status="interrupted" if isinstance(exc, KeyboardInterrupt | Terminated) else "failed")
             raise
         return self
 
@@ -338,7 +338,17 @@ class UpOptions:
 
 
 def up(opts: UpOptions) -> int:
-    """Bring the fabric up, hold it (Mininet CLI, or until a signal or the duration), tear it down."""
+    """Bring the fabric up, hold it (Mininet CLI, or until a signal or the duration), tear it down.
+    A SIGTERM during the bring-up (zlab destroy, or kill) tears down too, and exits 143 without a
+    traceback (issue 27: a 1,024-GPU bring-up stopped that way printed one)."""
+    try:
+        return _up(opts)
+    except Terminated:
+        print("[zlab] stopped by SIGTERM during bring-up; torn down")
+        return 143
+
+
+def _up(opts: UpOptions) -> int:
     with LiveFabric(
         opts.spec,
         opts.cfg,

@@ -34,7 +34,24 @@ def run(args) -> int:
             f"{100 * p['ovs_cpu_fraction']:>7.0f}% {p['agent_frames_per_core_s']:>19,.0f}"
         )
     print(f"stored in {path}; the scaling planner interpolates it at each run's link rate")
+    print()
+    for line in sizes():
+        print(line)
     return 0
+
+
+# Sizes the capacity report predicts besides the measured ones: the next ZCube and ROFT up.
+BEYOND = ("zcube:n=64", "roft:gpus=4096,gpus_per_server=8,radix=128,tiers=2")
+
+
+def sizes(costs=None, mem_available_bytes: int | None = None) -> list[str]:
+    """Which fabric sizes fit this machine: every measured size and the next ones up."""
+    from ...emulation import sizing
+    from ..experiments import size_table
+
+    costs = sizing.load() if costs is None else costs
+    measured = [p["spec"] for p in (costs or {}).get("points", [])]
+    return size_table(measured + [s for s in BEYOND if s not in measured], costs, mem_available_bytes)
 
 
 def register(sub) -> None:

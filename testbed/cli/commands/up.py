@@ -109,8 +109,28 @@ def up_detached(opts, timeout_s: float = 300.0) -> int:
     return 0
 
 
+def size_check(spec: str) -> bool:
+    """Print whether the fabric fits this machine, predicted from measured bring-ups; False when
+    it does not."""
+    from ...emulation import sizing
+    from ...fabric import build_fabric
+    from ..experiments import size_check as check
+
+    pr = check(build_fabric(spec))
+    for line in sizing.describe(pr):
+        print(f"[zlab] {line}")
+    return pr.verdict != "does not fit"
+
+
 def run(args) -> int:
     opts = up_options(args)
+    if args.dry_run:
+        from ...fabric import build_fabric
+
+        opts.cfg.validate(build_fabric(opts.spec))
+        return 0 if size_check(opts.spec) else 1
+    if not args.detach:
+        size_check(opts.spec)  # said before minutes of bring-up, not after
     if args.detach:
         return up_detached(opts)
     from ...emulation.up import up
@@ -164,6 +184,12 @@ def register(sub) -> None:
         "--detach",
         action="store_true",
         help="bring it up in the background and return once it is ready (then: zlab inspect, zlab destroy)",
+    )
+    up.add_argument(
+        "--dry-run",
+        action="store_true",
+        help="bring nothing up: say whether the fabric fits this machine (predicted bring-up time, peak "
+        "memory, ovs-vswitchd idle CPU, from measured bring-ups); exit 1 when it does not",
     )
     up.add_argument("--run-id", help=argparse.SUPPRESS)  # zlab up -d names its child's run
     up.set_defaults(func=run)
