@@ -73,30 +73,44 @@ def test_one_shot_probe_names_exactly_the_pairs_a_broken_route_or_entry_cuts(tmp
         _break_and_probe(probes.LiveRun(f.dir))
 
 
+def test_at_256_gpus_the_probe_names_exactly_the_pairs_a_broken_route_or_entry_cuts(tmp_path):
+    """The same proof on ZCube(16,2), the size where an unpaced burst lost probes (130,560 GPU port
+    pairs): every pair proven, then exactly the pairs a removed host route and a removed switch
+    entry cut, located, and nothing mistaken for loss."""
+    with LiveFabric("zcube:n=16", EmulationConfig(), results_dir=str(tmp_path), log=lambda *_: None) as f:
+        assert f.reach["reachable"] == f.reach["pairs"] == 130_560
+        _break_and_probe(probes.LiveRun(f.dir))
+
+
 def _break_and_probe(live):
     fab = live.fabric
+    gpus = fab.n_gpus
+    total = gpus * (gpus - 1) * 2  # every port of every GPU to the address rule's port of every other GPU
     rail5 = fab.gpu_port_by_role(5, "rail")
     assert live.in_host("g0", ["ip", "route", "del", f"{rail5.ip}/32"]).returncode == 0
     try:
         r = probes.reachability(live, timeout_s=1.5)
-        assert r["pairs"] == 480 and r["failed"] == [f"g0-p0 -> {rail5.name} (Network is unreachable)"]
+        assert r["pairs"] == total and r["failed"] == [f"g0-p0 -> {rail5.name} (Network is unreachable)"]
         (u,) = r["unreachable"]
         assert u["pair"] == f"g0-p0 -> {rail5.name}" and u["stopped_at"] == "g0"  # the sender's own table
     finally:
         live.in_host(
             "g0", ["ip", "route", "add", f"{rail5.ip}/32", "dev", "g0-p0", "src", fab.gpu_port_by_role(0, "cons").ip]
         )
-    # za1 delivers GPU 4's cons address: remove that entry and every rail port's probe to it fails
+    # the A switch GPU 4's cons port hangs off delivers its address: remove that entry and every
+    # other GPU's rail port's probe to it fails
     cons4 = fab.gpu_port_by_role(4, "cons")
-    subprocess.run(["ovs-ofctl", "-O", "OpenFlow13", "del-flows", "za1", f"ip,nw_dst={cons4.ip}"], check=True)
+    link = fab.links[fab.port_link[cons4.id]]
+    a4 = fab.nodes[fab.ports[link.b if link.a == cons4.id else link.a].node].name
+    subprocess.run(["ovs-ofctl", "-O", "OpenFlow13", "del-flows", a4, f"ip,nw_dst={cons4.ip}"], check=True)
     r = probes.reachability(live, timeout_s=1.5)
-    want = sorted(f"{fab.gpu_port_by_role(g, 'rail').name} -> {cons4.name}" for g in range(16) if g != 4)
+    want = sorted(f"{fab.gpu_port_by_role(g, 'rail').name} -> {cons4.name}" for g in range(gpus) if g != 4)
     assert r["failed"] == want
-    assert r["reachable"] == 480 - 15
-    # proven against the switches' counters: each pair's probes crossed its zb switch and stopped at za1
+    assert r["reachable"] == total - (gpus - 1)
+    # proven against the switches' counters: each pair's probes crossed its B switch and stopped at A
     assert sorted(u["pair"] for u in r["unreachable"]) == want
-    assert {u["stopped_at"] for u in r["unreachable"]} == {"za1"}
-    assert len(r["rounds"]) >= 2 and r["rounds"][-1]["missing"] == 15  # re-sent: not mistaken for loss
+    assert {u["stopped_at"] for u in r["unreachable"]} == {a4}
+    assert len(r["rounds"]) >= 2 and r["rounds"][-1]["missing"] == gpus - 1  # re-sent: not mistaken for loss
 
 
 def test_sigkill_then_clean_leaves_nothing_and_spares_foreign_objects(tmp_path):
