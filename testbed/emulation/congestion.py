@@ -119,9 +119,7 @@ def far_ends(fab, live, ports) -> dict[str, tuple[str, int | None, str | None]]:
     by_name = {p.name: p for p in fab.ports}
     out = {}
     for name in ports:
-        p = by_name[name]
-        link = fab.links[fab.port_link[p.id]]
-        far = fab.ports[link.b if link.a == p.id else link.a]
+        far = fab.ports[fab.peer_port(by_name[name].id)]
         node = fab.nodes[far.node]
         out[name] = (far.name, None, None) if node.role == "switch" else (far.name, live.host_pid(node.name), far.mac)
     return out

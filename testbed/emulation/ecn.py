@@ -72,6 +72,11 @@ def _hex(b: bytes) -> list[str]:
     return ["hex", *(f"{x:02x}" for x in b)]
 
 
+def _map_update(path: Path, key: bytes, value: bytes) -> list[str]:
+    """bpftool's words for writing one entry of a pinned map (a command, or a batch file's line)."""
+    return ["map", "update", "pinned", str(path), "key", *_hex(key), "value", *_hex(value)]
+
+
 def _run(cmd: list[str], what: str) -> str:
     res = subprocess.run(cmd, capture_output=True, text=True)
     if res.returncode != 0:
@@ -182,14 +187,10 @@ class Marker:
                 prog = self.prog
             by_ns.setdefault(pid, []).append(f"link set dev {peer} xdpgeneric pinned {prog}")
         lines = [
-            " ".join(["map", "update", "pinned", str(self.maps / name), "key", *_hex(k), "value", *_hex(v)])
-            for name, entries in (
-                ("peers", {struct.pack("<I", k): v for k, v in switch_ends.items()}),
-                ("nic_peers", nic_ends),
-            )
-            for k, port in entries.items()
-            for v in [struct.pack("<I", port)]
+            " ".join(_map_update(self.maps / "peers", struct.pack("<I", k), struct.pack("<I", v)))
+            for k, v in switch_ends.items()
         ]
+        lines += [" ".join(_map_update(self.maps / "nic_peers", k, struct.pack("<I", v))) for k, v in nic_ends.items()]
         self._batch("bpftool", lines, "tying the ECN marker's far ends to their ports")
         for pid, cmds in by_ns.items():
             with in_netns(pid):
@@ -200,15 +201,7 @@ class Marker:
         for c in cfgs.values():
             if not 0 <= c.kmin_bytes <= c.kmax_bytes or not 0 < c.pmax <= 1 or c.bin_bytes <= 0:
                 raise ValueError(f"bad ECN port configuration {c}")
-        lines = [
-            " ".join(
-                ["map", "update", "pinned", str(self.maps / "cfg"), "key"]
-                + _hex(struct.pack("<I", i))
-                + ["value"]
-                + _hex(c.packed())
-            )
-            for i, c in cfgs.items()
-        ]
+        lines = [" ".join(_map_update(self.maps / "cfg", struct.pack("<I", i), c.packed())) for i, c in cfgs.items()]
         self._batch("bpftool", lines, "configuring ECN on the fabric's ports")
 
     def attach_many(self, devs: list[str]) -> None:
@@ -239,22 +232,13 @@ class Marker:
         """Put a port's phantom queue at `queue_bytes` now (tests: with rate 0 it stays there)."""
         value = struct.pack("<QQQQ", 0, queue_bytes, time.monotonic_ns(), queue_bytes)  # lock word, queue, last, max
         _run(
-            ["bpftool", "map", "update", "pinned", str(self.maps / "state"), "key"]
-            + _hex(struct.pack("<I", ifindex))
-            + ["value"]
-            + _hex(value),
-            "setting a phantom queue",
+            ["bpftool", *_map_update(self.maps / "state", struct.pack("<I", ifindex), value)], "setting a phantom queue"
         )
 
     def tie(self, far_end_ifindex: int, port_ifindex: int) -> None:
         """Tie a far-end ifindex to a port without attaching anything (tests: BPF_PROG_TEST_RUN)."""
-        _run(
-            ["bpftool", "map", "update", "pinned", str(self.maps / "peers"), "key"]
-            + _hex(struct.pack("<I", far_end_ifindex))
-            + ["value"]
-            + _hex(struct.pack("<I", port_ifindex)),
-            "tying a far end to a port",
-        )
+        key, value = struct.pack("<I", far_end_ifindex), struct.pack("<I", port_ifindex)
+        _run(["bpftool", *_map_update(self.maps / "peers", key, value)], "tying a far end to a port")
 
     def _dump(self, name: str) -> list[dict]:
         return json.loads(_run(["bpftool", "-j", "map", "dump", "pinned", str(self.maps / name)], f"reading {name}"))

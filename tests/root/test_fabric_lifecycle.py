@@ -100,8 +100,7 @@ def _break_and_probe(live):
     # the A switch GPU 4's cons port hangs off delivers its address: remove that entry and every
     # other GPU's rail port's probe to it fails
     cons4 = fab.gpu_port_by_role(4, "cons")
-    link = fab.links[fab.port_link[cons4.id]]
-    a4 = fab.nodes[fab.ports[link.b if link.a == cons4.id else link.a].node].name
+    a4 = fab.nodes[fab.ports[fab.peer_port(cons4.id)].node].name
     subprocess.run(["ovs-ofctl", "-O", "OpenFlow13", "del-flows", a4, f"ip,nw_dst={cons4.ip}"], check=True)
     r = probes.reachability(live, timeout_s=1.5)
     want = sorted(f"{fab.gpu_port_by_role(g, 'rail').name} -> {cons4.name}" for g in range(gpus) if g != 4)
