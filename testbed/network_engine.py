@@ -31,3 +31,15 @@ class NetworkEngine(Protocol):
         """Move the engine's clock to t_ns; return (flow_id, t_done_ns) for every transfer that
         completed at or before t_ns, in completion order."""
         ...
+
+
+class OpaqueNetworkEngine(NetworkEngine, Protocol):
+    """An engine that cannot know its next completion without running (the packet engine, the
+    live emulation): next_event_ns() returns None when idle, and otherwise only a horizon by
+    which the driver must ask again. The driver moves it with run_until, which stops at the first
+    completion, so a closed loop reacts at the instant a transfer finishes, not a step later."""
+
+    def run_until(self, t_ns: int) -> int:
+        """Run to t_ns or to the first instant a transfer completes, whichever is earlier; return
+        the time reached. advance(that time) then returns the completions."""
+        ...

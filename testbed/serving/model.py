@@ -166,10 +166,20 @@ class _Sim:
                 continue
             if t_next is None:
                 break
-            self.now = t_next
-            if t_net is not None and (t_int is None or t_net <= t_int):
+            run_until = getattr(self.engine, "run_until", None)
+            if run_until is not None and t_net is not None:
+                # an engine that cannot see its next completion without running (packet engine,
+                # emulation): run it to the next modelled event, stopping at its first completion
+                t_stop = run_until(t_int if t_int is not None else t_net)
+                if t_int is None or t_stop < t_int:
+                    self.now = t_stop
+                    self._network(t_stop)
+                    continue
+            elif t_net is not None and (t_int is None or t_net <= t_int):
+                self.now = t_net
                 self._network(t_net)
                 continue
+            self.now = t_int
             t, _, kind, arg = heapq.heappop(self.heap)
             self._network(t)  # bring the engine's clock to t before anything starts a flow
             getattr(self, "_on_" + kind)(t, arg)

@@ -234,3 +234,51 @@ def test_capacity_command_writes_a_self_describing_folder(tmp_path, capsys):
     assert s["engine"] == "fixed-rate" and s["ratio"]["of"] == "zcube/roft" and s["ratio"]["n"] == 2
     assert (folder / "throughput_vs_load.png").stat().st_size > 1000
     assert (folder / "ttft_p99_vs_load.png").stat().st_size > 1000
+
+
+class OpaqueEngine:
+    """An engine that, like the packet engine or the emulation, cannot tell its next completion:
+    it offers only a far horizon and stops at the first completion when run (run_until)."""
+
+    HORIZON_NS = 10**12
+
+    def __init__(self, inner):
+        self.inner, self.name, self.clock = inner, inner.name, 0
+
+    def start(self, t_ns, flow_id, src, dst, size_bytes, sport=None):
+        self.inner.start(t_ns, flow_id, src, dst, size_bytes, sport)
+
+    def next_event_ns(self):
+        return None if self.inner.next_event_ns() is None else self.clock + self.HORIZON_NS
+
+    def run_until(self, t_ns):
+        nxt = self.inner.next_event_ns()
+        self.clock = t_ns if nxt is None else min(t_ns, nxt)
+        return self.clock
+
+    def advance(self, t_ns):
+        self.clock = t_ns
+        return self.inner.advance(t_ns)
+
+
+def test_an_engine_that_cannot_see_ahead_gives_the_same_schedule():
+    """The closed loop reacts at each completion's own instant with an opaque engine too: every
+    request's timestamps equal those with the flow engine it wraps, on a contended ROFT."""
+    from testbed.flowsim.engine import FlowEngine
+
+    sc = setup.scenario(especs.load(None, []), "roft", "h100")
+    reqs = sc.requests(3.0, 40, 0, 0)
+
+    def stamps(engine):
+        res = model.simulate(reqs, sc.deployment, sc.compute, sc.compute, engine, sc.flow_planner(0), sc.scheduler)
+        return [(r.req.id, r.t_kv_done_ns, r.t_first_token_ns, r.t_done_ns) for r in res.records]
+
+    clear = stamps(FlowEngine(sc.fabric))
+    assert clear == stamps(OpaqueEngine(FlowEngine(sc.fabric)))
+
+    class Late(OpaqueEngine):  # learns of completions only at the next modelled event
+        def run_until(self, t_ns):
+            self.clock = t_ns
+            return t_ns
+
+    assert clear != stamps(Late(FlowEngine(sc.fabric)))  # the comparison above can fail
