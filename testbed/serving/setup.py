@@ -75,9 +75,11 @@ class Scenario:
         rates (and two fabrics) see the same arrival pattern: common random numbers for the search."""
         if not rate_per_gpu > 0:
             raise ValueError("the request rate must be > 0")
-        window = self.trace[start_index : start_index + n]
-        if len(window) < n:
-            raise ValueError(f"the trace has {len(self.trace)} requests; start_index {start_index} + {n} requested")
+        if not 0 <= start_index < len(self.trace):
+            raise ValueError(f"the trace has {len(self.trace)} requests; start_index {start_index} is outside it")
+        # past the trace's end its rows are reused in order: a long window at a high rate needs more
+        # requests than a trace holds, and the token counts stay the trace's own distribution
+        window = [self.trace[(start_index + k) % len(self.trace)] for k in range(n)]
         rng = random.Random(seed)
         rate_per_s = rate_per_gpu * self.n_gpus
         t_s, out = 0.0, []

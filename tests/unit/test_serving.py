@@ -282,3 +282,31 @@ def test_an_engine_that_cannot_see_ahead_gives_the_same_schedule():
             return t_ns
 
     assert clear != stamps(Late(FlowEngine(sc.fabric)))  # the comparison above can fail
+
+
+def test_a_window_of_slos_fails_a_load_a_short_burst_passes():
+    """Measured: 150 requests on 32 GPUs (glm-4.5, tp=8) pass 3 req/s/GPU because the queue has no
+    time to build; arrivals spanning 20 TTFT SLOs fail it (the sustained capacity is about 1.6)."""
+    sp = especs.load(
+        None,
+        [
+            "deployment.tp=8",
+            "workload.model=glm-4.5",
+            "fabrics.zcube=zcube:n=8,gpus=32,gpus_per_server=8,links_per_pair=2,gpu_gbps=100",
+            "fabrics.roft=roft:gpus=32,gpus_per_server=8,gpu_gbps=100",
+        ],
+    )
+    sc = setup.scenario(sp, "roft", "h100")
+    slo = {"ttft": 2.0, "tpot": 0.2}
+    opts = capacity.Options(("fixed-rate",), "h100", slo, 0.02, 4.0, 7, 1, 150, 0, 1)
+    assert capacity.requests_for(opts, 3.0, sc.n_gpus) == 20 * 2 * 3 * 32
+    assert capacity.requests_for(opts, 0.01, sc.n_gpus) == 150  # never fewer than asked
+    assert abs(capacity.overload_resolution(opts) - 1 / 18) < 1e-12
+
+    def meets(n: int) -> bool:
+        reqs = sc.requests(3.0, n, 0, 1)
+        engine = FixedRateEngine(sc.port_rates_bps())
+        res = model.simulate(reqs, sc.deployment, sc.compute, sc.compute, engine, sc.flow_planner(1), sc.scheduler)
+        return metrics.summarise(res, sc.n_gpus, slo)["meets_slo"]
+
+    assert meets(150) and not meets(capacity.requests_for(opts, 3.0, sc.n_gpus))
