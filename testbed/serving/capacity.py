@@ -96,15 +96,15 @@ def search(scenarios: dict, opts: Options, progress: Callable[[str], None] | Non
                     rate: float, sc=sc, seed=seed, points=points, k=k, label=label, engine=engine, n=done
                 ) -> bool:
                     reqs = sc.requests(rate, opts.requests, opts.start_index, seed)
-                    res = model.simulate(
-                        reqs,
-                        sc.deployment,
-                        sc.compute,
-                        sc.compute,
-                        engines.make_engine(engine, sc),
-                        sc.flow_planner(seed),
-                        sc.scheduler,
-                    )
+                    net = engines.make_engine(engine, sc)
+                    try:
+                        res = model.simulate(
+                            reqs, sc.deployment, sc.compute, sc.compute, net, sc.flow_planner(seed), sc.scheduler
+                        )
+                    finally:  # an engine with a child process (ns3) stops it now, also on failure
+                        close = getattr(net, "close", None)
+                        if close is not None:
+                            close()
                     m = metrics.summarise(res, sc.n_gpus, opts.slo_s)
                     m["rate_per_gpu"] = rate
                     if k == 0:  # one repeat's occupancy over time is enough to look at
