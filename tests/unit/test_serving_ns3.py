@@ -123,3 +123,15 @@ def test_serving_model_on_ns3_matches_the_flow_engine():
         kv[name] = np.array([r.t_kv_done_ns - r.t_kv_start_ns for r in res.records], dtype=float)
     ratio = kv["ns3"] / kv["flow"]
     assert ratio.min() >= 1.005 and ratio.max() <= 1.03, ratio
+
+
+def test_capacity_refuses_ns3_without_the_program(monkeypatch, tmp_path, capsys):
+    """No ns-3 program: one line and exit 2, before anything runs or is written."""
+    from testbed.cli import main
+    from testbed.serving import ns3_engine
+
+    monkeypatch.setattr(ns3_engine, "available", lambda: (False, "ns-3 headers missing: run provision"))
+    assert main(["capacity", "--network", "ns3", "--results", str(tmp_path / "res"), "--no-progress"]) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and "--network ns3" in err[0] and "ns-3 headers missing" in err[0], err
+    assert not (tmp_path / "res").exists()
