@@ -208,14 +208,20 @@ static std::map<int, std::map<int, int>> port_by_number;             // node -> 
 static std::unordered_map<uint64_t, int> route_cache;                // (node, dst, sport) -> port id
 static std::map<uint32_t, int> port_by_ip;
 static std::map<int, Nic> nics;                                      // port id -> NIC
-static std::vector<QP> qps;
-static std::vector<Msg> msgs;
+// deques: serve mode adds QPs and messages while pointers to earlier ones are held
+static std::deque<QP> qps;
+static std::deque<Msg> msgs;
 static std::map<Ptr<NetDevice>, int> port_of_dev;
 static uint64_t completed = 0, unroutable = 0, forwards = 0;
 static std::map<int, Mmu> mmus;                                     // switch node -> its buffer
 static std::mt19937_64 rng;
 static std::ofstream pfc_out, rates_out, cnp_out, ecn_out;
 static bool CcMode() { return P.pfc_enabled || P.ecn_enabled || P.cc; }
+// serve mode (--serve): transfers arrive on stdin while the simulation runs; each completion is
+// reported and stops Simulator::Run, so the driver reacts at the instant a transfer finishes
+static bool serve_mode = false;
+static std::vector<std::pair<int, int64_t>> serve_done;  // (msg id, t_complete_ns) not yet reported
+static void Retire(QP& q);
 
 static int64_t NowNs() { return Simulator::Now().GetNanoSeconds(); }
 
@@ -639,8 +645,10 @@ static void Advance(QP& q, uint64_t acked_through) {
     m->t_complete = NowNs();
     q.pending.pop_front();
     completed++;
-    if (completed == msgs.size()) Simulator::Stop();
+    if (serve_mode) { serve_done.push_back({m->id, NowNs()}); Simulator::Stop(); }
+    else if (completed == msgs.size()) Simulator::Stop();
   }
+  if (serve_mode && q.pending.empty()) Retire(q);
 }
 
 static void OnTimer(int qid) {
@@ -743,6 +751,17 @@ static void Post(int qid, int mid) {
   TryTransmit(q.src_port);
 }
 
+static void Retire(QP& q) {  // serve mode: a QP whose one message is acknowledged leaves its NIC's round robin
+  Nic& n = nics[q.src_port];
+  for (size_t i = 0; i < n.requesters.size(); i++) {
+    if (n.requesters[i] != &q) continue;
+    n.requesters.erase(n.requesters.begin() + i);
+    if (n.rr > i) n.rr--;
+    if (n.rr >= n.requesters.size()) n.rr = 0;
+    return;
+  }
+}
+
 // ---- measurement ----------------------------------------------------------------------------
 static std::ofstream samples_out;
 static uint64_t n_samples = 0;
@@ -811,15 +830,83 @@ static void SetParam(const std::string& k, uint64_t v) {
   *it->second = v;
 }
 
+static void InitQp(QP& q) {
+  if (q.src_port < 0 || q.dst_port < 0 || q.src_port >= int(ports.size()) || q.dst_port >= int(ports.size()))
+    Fail("qp " + std::to_string(q.id) + " names an unknown port");
+  if (!ports.at(q.src_port).dev || !ports.at(q.dst_port).dev) Fail("qp " + std::to_string(q.id) + " uses an unlinked port");
+  // the agent's floor: max(rto_floor, draining four full windows at line rate)
+  uint64_t frame_bits = 8 * (P.payload_per_packet + P.frame_overhead_bytes + P.reth_bytes);
+  double four_windows = 4.0 * P.window_pkts * frame_bits / double(ports[q.src_port].rate_bps) * 1e9;
+  q.rto_ns = q.rto_base = q.rto_min = std::max<uint64_t>(P.rto_floor_ns, uint64_t(four_windows));
+  nics[q.src_port].port = &ports[q.src_port];
+  nics[q.dst_port].port = &ports[q.dst_port];
+  nics[q.src_port].requesters.push_back(&q);
+  q.rc = q.rt = double(ports[q.src_port].rate_bps);
+}
+
+static void StopNow() { Simulator::Stop(); }
+
+// Serve mode's command loop (testbed/serving/ns3_engine.py drives it), one command a line:
+//   start <flow_id> <src_port_id> <dst_port_id> <size_bytes> <udp_sport> <t_ns>
+//     one message on a QP of its own, posted at t_ns (>= the clock); no answer
+//   run <t_ns>
+//     run to t_ns or to the first completion, whichever is earlier; answers "at <t_ns> <k>" and k
+//     lines "done <flow_id> <t_complete_ns>" (a completion is the requester's last ACK, as in a replay)
+//   quit (or end of input)
+// Errors end the program with a line on stderr and exit code 2, so the driver fails loudly.
+static int Serve() {
+  std::unordered_map<int, int64_t> flow_of;  // msg id -> the driver's flow id
+  EventId stop;
+  std::string line;
+  while (std::getline(std::cin, line)) {
+    std::istringstream s(line);
+    std::string cmd;
+    s >> cmd;
+    if (cmd == "start") {
+      int64_t flow, t_ns; int src, dst, sport; uint64_t size;
+      s >> flow >> src >> dst >> size >> sport >> t_ns;
+      if (s.fail()) Fail("malformed command: " + line);
+      if (t_ns < NowNs()) Fail("flow " + std::to_string(flow) + " starts before the clock: " + line);
+      QP q; q.id = int(qps.size()); q.src_port = src; q.dst_port = dst; q.sport = uint16_t(sport);
+      qps.push_back(q);
+      InitQp(qps.back());
+      Msg m; m.id = int(msgs.size()); m.due_ns = uint64_t(t_ns); m.size_bytes = std::max<uint64_t>(1, size);
+      msgs.push_back(m);
+      flow_of[m.id] = flow;
+      Simulator::Schedule(NanoSeconds(t_ns - NowNs()), &Post, q.id, m.id);
+    } else if (cmd == "run") {
+      int64_t t_ns; s >> t_ns;
+      if (s.fail() || t_ns < NowNs()) Fail("bad run command (clock " + std::to_string(NowNs()) + "): " + line);
+      if (serve_done.empty()) {  // completions not yet reported come back first, without running
+        Simulator::Cancel(stop);
+        stop = Simulator::Schedule(NanoSeconds(t_ns - NowNs()), &StopNow);
+        Simulator::Run();
+      }
+      std::cout << "at " << NowNs() << " " << serve_done.size() << "\n";
+      for (auto [mid, t] : serve_done) std::cout << "done " << flow_of[mid] << " " << t << "\n";
+      std::cout.flush();
+      for (auto [mid, t] : serve_done) flow_of.erase(mid);
+      serve_done.clear();
+    } else if (cmd == "quit") {
+      break;
+    } else if (!cmd.empty()) {
+      Fail("unknown command: " + line);
+    }
+  }
+  return 0;
+}
+
 int main(int argc, char** argv) {
-  if (argc != 3) {
-    std::cerr << "usage: zlab-referee SCENARIO.txt OUT_DIR\n"
-                 "Replays a zlab run in ns-3; scenario files are written by `zlab referee`.\n";
+  if (argc == 3 && std::string(argv[1]) == "--serve") serve_mode = true;
+  else if (argc != 3) {
+    std::cerr << "usage: zlab-referee SCENARIO.txt OUT_DIR | zlab-referee --serve FABRIC.txt\n"
+                 "Replays a zlab run in ns-3; scenario files are written by `zlab referee`.\n"
+                 "--serve: the fabric's nodes, ports, links and entries, then transfers and runs on stdin.\n";
     return 2;
   }
   auto wall0 = std::chrono::steady_clock::now();
-  std::ifstream in(argv[1]);
-  if (!in) Fail(std::string("cannot read ") + argv[1]);
+  std::ifstream in(argv[serve_mode ? 2 : 1]);
+  if (!in) Fail(std::string("cannot read ") + argv[serve_mode ? 2 : 1]);
   std::vector<std::pair<int, int>> links;
   std::vector<std::pair<int, int>> posts;  // (qp, msg)
   std::string line;
@@ -854,7 +941,7 @@ int main(int argc, char** argv) {
     } else Fail("unknown line kind '" + kind + "' at line " + std::to_string(lineno));
     if (s.fail()) Fail("malformed line " + std::to_string(lineno) + ": " + line);
   }
-  if (msgs.empty()) Fail("no messages to replay");
+  if (msgs.empty() && !serve_mode) Fail("no messages to replay");
   if (P.link_model > 1) Fail("link_model must be 0 (serialiser) or 1 (token bucket)");
   if (P.link_model && !P.bucket_bytes) Fail("link_model 1 needs bucket_bytes");
   if (CcMode() && P.link_model) Fail("the congestion machinery (ecn, pfc, cc) needs link_model 0 (real-scale serialising links)");
@@ -895,17 +982,8 @@ int main(int argc, char** argv) {
     for (auto& [node, m] : mmus)
       if (Xoff(node) <= 0) Fail("switch " + node_name[node] + ": headroom and reserve leave no shared buffer (XOFF 0)");
   }
-  for (QP& q : qps) {
-    if (!ports.at(q.src_port).dev || !ports.at(q.dst_port).dev) Fail("qp " + std::to_string(q.id) + " uses an unlinked port");
-    // the agent's floor: max(rto_floor, draining four full windows at line rate)
-    uint64_t frame_bits = 8 * (P.payload_per_packet + P.frame_overhead_bytes + P.reth_bytes);
-    double four_windows = 4.0 * P.window_pkts * frame_bits / double(ports[q.src_port].rate_bps) * 1e9;
-    q.rto_ns = q.rto_base = q.rto_min = std::max<uint64_t>(P.rto_floor_ns, uint64_t(four_windows));
-    nics[q.src_port].port = &ports[q.src_port];
-    nics[q.dst_port].port = &ports[q.dst_port];
-    nics[q.src_port].requesters.push_back(&q);
-    q.rc = q.rt = double(ports[q.src_port].rate_bps);
-  }
+  for (QP& q : qps) InitQp(q);
+  if (serve_mode) return Serve();
   for (auto [qid, mid] : posts) Simulator::Schedule(NanoSeconds(msgs[mid].due_ns), &Post, qid, mid);
   std::string out = argv[2];
   samples_out.open(out + "/queue_samples.csv");

@@ -117,15 +117,15 @@ def search(scenarios: dict, opts: Options, progress: Callable[[str], None] | Non
                 ) -> bool:
                     n_req = requests_for(opts, rate, sc.n_gpus)
                     reqs = sc.requests(rate, n_req, opts.start_index, seed)
-                    res = model.simulate(
-                        reqs,
-                        sc.deployment,
-                        sc.compute,
-                        sc.compute,
-                        engines.make_engine(engine, sc),
-                        sc.flow_planner(seed),
-                        sc.scheduler,
-                    )
+                    net = engines.make_engine(engine, sc)
+                    try:
+                        res = model.simulate(
+                            reqs, sc.deployment, sc.compute, sc.compute, net, sc.flow_planner(seed), sc.scheduler
+                        )
+                    finally:  # an engine with a child process (ns3) stops it now, also on failure
+                        close = getattr(net, "close", None)
+                        if close is not None:
+                            close()
                     m = metrics.summarise(res, sc.n_gpus, opts.slo_s)
                     m["rate_per_gpu"] = rate
                     m["requests"] = n_req

@@ -2,15 +2,17 @@
 
 Why two: "fixed-rate" is what every public P/D simulator assumes (bytes / a fixed bandwidth, no
 contention), the baseline; "flow" is testbed/flowsim, max-min fair shares over the tables' exact
-routes, where transfers contend for the fabric.
+routes, where transfers contend for the fabric; "ns3" is zlab's ns-3 program at real scale in
+lockstep with the model (ns3_engine.py): packets, queues, the RoCE-like transport.
 """
 
 from __future__ import annotations
 
 from ..flowsim.engine import FlowEngine
+from . import ns3_engine
 from .fixed_rate import FixedRateEngine
 
-ENGINES = ("fixed-rate", "flow")
+ENGINES = ("fixed-rate", "flow", "ns3")
 
 
 def make_engine(name: str, sc):
@@ -19,4 +21,9 @@ def make_engine(name: str, sc):
         return FixedRateEngine(sc.port_rates_bps())
     if name == "flow":
         return FlowEngine(sc.fabric)
+    if name == "ns3":  # LookupError: the caller refuses in one line (exit 2) before anything runs
+        ok, what = ns3_engine.available()
+        if not ok:
+            raise LookupError(f"needs the compiled ns-3 program: {what}")
+        return ns3_engine.Ns3Engine(sc.fabric)
     raise ValueError(f"unknown network engine {name!r}; engines: {', '.join(ENGINES)}")
