@@ -77,9 +77,18 @@ class Options:
     seed: int
 
 
-def search(scenarios: dict, opts: Options, progress: Callable[[str], None] | None = None) -> dict:
-    """Every (engine, fabric, repeat) bisected; the document `zlab capacity` writes as capacity.json."""
+def search(
+    scenarios: dict,
+    opts: Options,
+    progress: Callable[[str], None] | None = None,
+    make_engine: Callable | None = None,
+) -> dict:
+    """Every (engine, fabric, repeat) bisected; the document `zlab capacity` writes as capacity.json.
+    make_engine(name, scenario): a fresh engine per simulation (default engines.make_engine; the
+    CLI passes one that also builds the live emulation's)."""
     from . import engines, metrics, model
+
+    make_engine = make_engine or engines.make_engine
 
     series: list[dict] = []  # one per (engine, fabric, repeat)
     summaries: list[dict] = []  # one per engine
@@ -96,16 +105,18 @@ def search(scenarios: dict, opts: Options, progress: Callable[[str], None] | Non
                     rate: float, sc=sc, seed=seed, points=points, k=k, label=label, engine=engine, n=done
                 ) -> bool:
                     reqs = sc.requests(rate, opts.requests, opts.start_index, seed)
-                    res = model.simulate(
-                        reqs,
-                        sc.deployment,
-                        sc.compute,
-                        sc.compute,
-                        engines.make_engine(engine, sc),
-                        sc.flow_planner(seed),
-                        sc.scheduler,
-                    )
+                    eng = make_engine(engine, sc)
+                    try:
+                        res = model.simulate(
+                            reqs, sc.deployment, sc.compute, sc.compute, eng, sc.flow_planner(seed), sc.scheduler
+                        )
+                    finally:
+                        if hasattr(eng, "close"):
+                            eng.close()
                     m = metrics.summarise(res, sc.n_gpus, opts.slo_s)
+                    fid = eng.fidelity() if hasattr(eng, "fidelity") else None
+                    if fid is not None:  # a live engine: a point whose model fell behind the wall is void
+                        m["fidelity"] = fid
                     m["rate_per_gpu"] = rate
                     if k == 0:  # one repeat's occupancy over time is enough to look at
                         m["occupancy_series"] = metrics.occupancy_series(res)
@@ -114,6 +125,11 @@ def search(scenarios: dict, opts: Options, progress: Callable[[str], None] | Non
                         progress(
                             f"{engine} {label} repeat {k + 1}/{opts.repeats} ({n + 1}/{total}): "
                             f"{rate:.4g} req/s/GPU {'meets' if m['meets_slo'] else 'misses'} the SLOs"
+                            + (
+                                f" (worst lag {fid['worst_lag_wall_ms']:.3g} ms wall{', VOID' if fid['void'] else ''})"
+                                if fid
+                                else ""
+                            )
                         )
                     return m["meets_slo"]
 
@@ -129,6 +145,7 @@ def search(scenarios: dict, opts: Options, progress: Callable[[str], None] | Non
                         "capacity_per_gpu_rps": s.capacity,
                         "bound": s.bound,
                         "ttft_p99_at_capacity_s": at["ttft_s"]["p99"] if at else None,
+                        "void_points": sum(1 for p in points if p.get("fidelity", {}).get("void")),
                         "points": points,
                     }
                 )

@@ -2,7 +2,8 @@
 
 Why two: "fixed-rate" is what every public P/D simulator assumes (bytes / a fixed bandwidth, no
 contention), the baseline; "flow" is testbed/flowsim, max-min fair shares over the tables' exact
-routes, where transfers contend for the fabric.
+routes, where transfers contend for the fabric. "emulation" (emulated.py) is the live fabric in
+real time: it needs root and a fabric brought up, so the capacity command builds it, not this.
 """
 
 from __future__ import annotations
@@ -10,7 +11,8 @@ from __future__ import annotations
 from ..flowsim.engine import FlowEngine
 from .fixed_rate import FixedRateEngine
 
-ENGINES = ("fixed-rate", "flow")
+ENGINES = ("fixed-rate", "flow", "emulation")
+LIVE = ("emulation",)  # engines that need a live fabric (root): built by emulated.LiveFabrics
 
 
 def make_engine(name: str, sc):
@@ -19,4 +21,6 @@ def make_engine(name: str, sc):
         return FixedRateEngine(sc.port_rates_bps())
     if name == "flow":
         return FlowEngine(sc.fabric)
+    if name in LIVE:
+        raise ValueError(f"the {name} engine runs on a live fabric: build it with emulated.LiveFabrics")
     raise ValueError(f"unknown network engine {name!r}; engines: {', '.join(ENGINES)}")
