@@ -98,3 +98,13 @@ def test_a_model_that_falls_behind_the_wall_voids_the_simulation():
     eng.start(0, 1, "a", "b", 1000)
     f = eng.fidelity()
     assert f["void"] and f["worst_lag_wall_ms"] >= 3
+
+
+def test_without_root_the_emulation_engine_is_one_line_and_exit_2(monkeypatch, tmp_path, capsys):
+    from testbed.cli import main
+
+    monkeypatch.setattr("os.geteuid", lambda: 1000)
+    rc = main(["capacity", "--network", "emulation", "--results", str(tmp_path)])
+    err = capsys.readouterr().err.strip().splitlines()
+    assert rc == 2 and len(err) == 1 and "root" in err[0]
+    assert list(tmp_path.iterdir()) == []
