@@ -52,8 +52,9 @@ def test_one_closed_loop_simulation_per_fabric_completes_and_tracks_the_flow_eng
     assert bridges() == before
 
 
-def test_without_root_or_with_a_live_engine_the_cli_runs_and_cleans_up(tmp_path):
-    """The command as a user runs it: a run folder with capacity.json and the live fabric's folder."""
+def test_the_cli_runs_the_emulation_engine_and_leaves_no_bridge(tmp_path):
+    """The command as a user runs it: a run folder with every point's fidelity, no bridge left."""
+    before = bridges()
     p = zlab(
         "capacity",
         "--network",
@@ -79,3 +80,4 @@ def test_without_root_or_with_a_live_engine_the_cli_runs_and_cleans_up(tmp_path)
     cap = json.loads((tmp_path / doc["folder"].split("/")[-1] / "capacity.json").read_text())
     assert {r["fabric"] for r in cap["runs"]} == {"zcube", "roft"}
     assert all("fidelity" in pt for r in cap["runs"] for pt in r["points"])
+    assert bridges() == before
