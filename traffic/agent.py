@@ -238,8 +238,11 @@ class Agent:
     def pending(self) -> int:
         return sum(c.posted - c.completed for c in self.conns)
 
-    def run(self, deadline_ns: int | None = None, progress=None) -> bool:
-        """Run until every posted message completed (True) or the deadline passed (False)."""
+    def run(self, deadline_ns: int | None = None, progress=None, stop_on_completion: bool = False) -> bool:
+        """Run until every posted message completed (True) or the deadline passed (False).
+        stop_on_completion: also return (False unless all are done) as soon as one more message
+        completed, so a closed-loop driver (the serving model) reacts at that instant."""
+        n_done = len(self.done)
         cpu0 = time.process_time()
         next_timer = 0
         gc_was_on = gc.isenabled()
@@ -282,6 +285,8 @@ class Agent:
                     wait = min(wait, self._schedule[0][0] - now)
                 for fd in self.waiter.poll_ns(max(0, min(wait, TIMER_TICK_NS))):
                     self._receive(self._fd_port[fd])
+                if stop_on_completion and len(self.done) != n_done:
+                    return not self._schedule and self.pending() == 0
         finally:
             if gc_was_on:
                 gc.enable()

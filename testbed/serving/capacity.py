@@ -97,9 +97,18 @@ def overload_resolution(opts: Options) -> float:
     return 1.0 / (0.9 * opts.window_slos)
 
 
-def search(scenarios: dict, opts: Options, progress: Callable[[str], None] | None = None) -> dict:
-    """Every (engine, fabric, repeat) bisected; the document `zlab capacity` writes as capacity.json."""
+def search(
+    scenarios: dict,
+    opts: Options,
+    progress: Callable[[str], None] | None = None,
+    make_engine: Callable | None = None,
+) -> dict:
+    """Every (engine, fabric, repeat) bisected; the document `zlab capacity` writes as capacity.json.
+    make_engine(name, scenario): a fresh engine per simulation (default engines.make_engine; the
+    CLI passes one that also builds the live emulation's)."""
     from . import engines, metrics, model
+
+    make_engine = make_engine or engines.make_engine
 
     series: list[dict] = []  # one per (engine, fabric, repeat)
     summaries: list[dict] = []  # one per engine
@@ -117,16 +126,18 @@ def search(scenarios: dict, opts: Options, progress: Callable[[str], None] | Non
                 ) -> bool:
                     n_req = requests_for(opts, rate, sc.n_gpus)
                     reqs = sc.requests(rate, n_req, opts.start_index, seed)
-                    net = engines.make_engine(engine, sc)
+                    eng = make_engine(engine, sc)
                     try:
                         res = model.simulate(
-                            reqs, sc.deployment, sc.compute, sc.compute, net, sc.flow_planner(seed), sc.scheduler
+                            reqs, sc.deployment, sc.compute, sc.compute, eng, sc.flow_planner(seed), sc.scheduler
                         )
-                    finally:  # an engine with a child process (ns3) stops it now, also on failure
-                        close = getattr(net, "close", None)
-                        if close is not None:
-                            close()
+                    finally:  # an engine with a child process (ns3) or a live agent stops it now, also on failure
+                        if hasattr(eng, "close"):
+                            eng.close()
                     m = metrics.summarise(res, sc.n_gpus, opts.slo_s)
+                    fid = eng.fidelity() if hasattr(eng, "fidelity") else None
+                    if fid is not None:  # a live engine: a point whose model fell behind the wall is void
+                        m["fidelity"] = fid
                     m["rate_per_gpu"] = rate
                     m["requests"] = n_req
                     if k == 0:  # one repeat's occupancy over time is enough to look at
@@ -137,6 +148,11 @@ def search(scenarios: dict, opts: Options, progress: Callable[[str], None] | Non
                             f"{engine} {label} repeat {k + 1}/{opts.repeats} ({n + 1}/{total}): "
                             f"{rate:.4g} req/s/GPU, {n_req} requests: "
                             f"{'meets' if m['meets_slo'] else 'misses'} the SLOs"
+                            + (
+                                f" (worst lag {fid['worst_lag_wall_ms']:.3g} ms wall{', VOID' if fid['void'] else ''})"
+                                if fid
+                                else ""
+                            )
                         )
                     return m["meets_slo"]
 
@@ -152,6 +168,7 @@ def search(scenarios: dict, opts: Options, progress: Callable[[str], None] | Non
                         "capacity_per_gpu_rps": s.capacity,
                         "bound": s.bound,
                         "ttft_p99_at_capacity_s": at["ttft_s"]["p99"] if at else None,
+                        "void_points": sum(1 for p in points if p.get("fidelity", {}).get("void")),
                         "points": points,
                     }
                 )

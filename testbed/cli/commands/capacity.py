@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
+import os
 import sys
+from contextlib import ExitStack
 
 from ...errors import UserInputError
 from .. import options
@@ -49,7 +51,11 @@ def _prepare(args):
         except (ValueError, UserInputError) as exc:
             raise UserInputError(f"fabrics.{label}: {exc}") from None
     names = tuple(dict.fromkeys(args.network or ["fixed-rate"]))
+    if any(n in engines.LIVE for n in names) and os.geteuid() != 0:
+        raise UserInputError("--network emulation brings up the emulated fabric: run as root (sudo)")
     for engine in names:
+        if engine in engines.LIVE:
+            continue
         for sc in scenarios.values():
             try:
                 engines.make_engine(engine, sc)
@@ -99,7 +105,22 @@ def run(args) -> int:
         if not args.no_progress:
             print(f"[zlab] capacity {line}", file=sys.stderr, flush=True)
 
-    result = capacity.search(scenarios, opts, progress)
+    from ...serving import emulated, engines
+
+    folder = Path(args.results) / new_run_id("capacity")
+    with ExitStack() as stack:
+        make = engines.make_engine
+        if any(n in engines.LIVE for n in opts.engines):
+            from ...experiment.runner import AGENT_NICE, _priority
+
+            folder.mkdir(parents=True)
+            live = stack.enter_context(emulated.LiveFabrics(spec, str(folder), log=lambda m: progress(m)))
+            stack.enter_context(_priority(AGENT_NICE))
+
+            def make(name, sc):
+                return live.engine(sc) if name in engines.LIVE else engines.make_engine(name, sc)
+
+        result = capacity.search(scenarios, opts, progress, make)
     some = next(iter(scenarios.values()))
     doc = {
         "schema": "zlab.capacity/1",
@@ -123,8 +144,7 @@ def run(args) -> int:
         },
         **result,
     }
-    folder = Path(args.results) / new_run_id("capacity")
-    folder.mkdir(parents=True)
+    folder.mkdir(parents=True, exist_ok=True)
     (folder / "capacity.json").write_text(json.dumps(doc, indent=1, default=str) + "\n", encoding="utf-8")
     figures = plots.write(doc, folder)
     if args.json:
