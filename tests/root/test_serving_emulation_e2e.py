@@ -62,6 +62,8 @@ def test_the_cli_runs_the_emulation_engine_and_leaves_no_bridge(tmp_path):
         *[a for s in SETS for a in ("--set", s)],
         "--requests",
         "10",
+        "--window-slos",  # a short window: the point is the command's plumbing, not a capacity
+        "0.2",
         "--repeats",
         "1",
         "--iterations",
