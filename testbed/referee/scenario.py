@@ -63,6 +63,22 @@ class Scenario:
     link_model: str = "serialiser"
 
 
+def link_and_entry_lines(fab: Fabric, flows: dict) -> list[str]:
+    """The scenario's `link` and `entry` lines: the cabling and every switch's flow entries as the
+    controller installs them (flows: runfolder.flows_document). The replay and the serving engine
+    (serving/ns3_engine.py) build their scenarios with it, so both forward by the same tables."""
+    lines = [f"link {lk.a} {lk.b}" for lk in fab.links]
+    for sw, doc in flows["switches"].items():
+        node = fab.node_by_name[sw].id
+        for e in doc["entries"]:
+            uval, umask = e["udp_src"] if e["udp_src"] is not None else (0, 0)
+            lines.append(
+                f"entry {node} {e['priority']} {ids.ip_to_int(e['ipv4_dst'])} "
+                f"{ids.ip_to_int(e['ipv4_mask'])} {uval} {umask} {e['out_port']}"
+            )
+    return lines
+
+
 def schedule(fdir: Path, repeat: int) -> tuple[pd.DataFrame, str]:
     """The repeat's messages as posted, and where they came from. Runs recorded before
     schedule.json existed fall back to transfers.jsonl, which only holds completed messages, so
@@ -168,15 +184,7 @@ def build(
         r = fab.links[int(linked[p.id])].rate_bps if linked[p.id] >= 0 else p.rate_bps
         ip = ids.ip_to_int(p.ip) if p.ip else 0
         lines.append(f"port {p.id} {p.node} {p.number} {p.name} {ip} {rate(r)} {limit(q)}")
-    lines += [f"link {lk.a} {lk.b}" for lk in fab.links]
-    for sw, doc in flows["switches"].items():
-        node = fab.node_by_name[sw].id
-        for e in doc["entries"]:
-            uval, umask = e["udp_src"] if e["udp_src"] is not None else (0, 0)
-            lines.append(
-                f"entry {node} {e['priority']} {ids.ip_to_int(e['ipv4_dst'])} "
-                f"{ids.ip_to_int(e['ipv4_mask'])} {uval} {umask} {e['out_port']}"
-            )
+    lines += link_and_entry_lines(fab, flows)
     port_id = {p.name: p.id for p in fab.ports}
     qp_of: dict[tuple, int] = {}
     for m in msgs.itertuples():

@@ -60,15 +60,7 @@ def fabric_text(fab: Fabric, queue_pkts: int = QUEUE_PKTS) -> str:
         r = fab.links[int(linked[p.id])].rate_bps if linked[p.id] >= 0 else p.rate_bps
         ip = ids.ip_to_int(p.ip) if p.ip else 0
         lines.append(f"port {p.id} {p.node} {p.number} {p.name} {ip} {int(r)} {int(queue_pkts)}")
-    lines += [f"link {lk.a} {lk.b}" for lk in fab.links]
-    for sw, doc in flows_document(fab)["switches"].items():
-        node = fab.node_by_name[sw].id
-        for e in doc["entries"]:
-            uval, umask = e["udp_src"] if e["udp_src"] is not None else (0, 0)
-            lines.append(
-                f"entry {node} {e['priority']} {ids.ip_to_int(e['ipv4_dst'])} "
-                f"{ids.ip_to_int(e['ipv4_mask'])} {uval} {umask} {e['out_port']}"
-            )
+    lines += scenario.link_and_entry_lines(fab, flows_document(fab))
     return "\n".join(lines) + "\n"
 
 
