@@ -15,7 +15,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 DATA = Path(__file__).parent / "data"
-BUILTIN = {"azure-code": DATA / "azure_llm_2023_code.csv"}
+BUILTIN = {"azure-code": DATA / "azure_llm_2023_code.csv", "azure-conv": DATA / "azure_llm_2023_conv.csv"}
 MOONCAKE_BLOCK_TOKENS = 512
 
 

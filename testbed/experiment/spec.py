@@ -187,7 +187,7 @@ DESCRIPTIONS = {
     "emulation.agent_socket_buffer_bytes": "the agent's packet-socket buffers (send and receive); too small and "
     "frames die there",
     "workload": "the trace replayed and how requests become KV-cache transfers",
-    "workload.trace": "azure-code (shipped), or a path to a CSV or Mooncake JSONL trace",
+    "workload.trace": "azure-code or azure-conv (shipped: Azure 2023 code and conversation services), or a path to a CSV or Mooncake JSONL trace",
     "workload.start_index": "first request of the trace replayed",
     "workload.requests": "requests replayed per repeat",
     "workload.model": "model preset (llama3-8b, llama3-70b, qwen2.5-coder-32b, glm-4.5, deepseek-v3, glm-5) or its "

@@ -16,6 +16,17 @@ def test_builtin_azure_code_trace_reads_whole():
     assert all(b.t_s >= a.t_s for a, b in zip(reqs, reqs[1:]))
 
 
+def test_builtin_azure_conversation_trace_reads_whole():
+    """The counts and span its attribution (traffic/data/ATTRIBUTION.md) states."""
+    reqs = traces.read("azure-conv")
+    assert len(reqs) == 19366
+    assert reqs[-1].t_s == pytest.approx(3501.72, abs=0.01)
+    assert (
+        sum(r.output_tokens for r in reqs) / len(reqs)
+        > 5 * sum(r.output_tokens for r in traces.read("azure-code")) / 8819
+    )  # a chat service: far longer outputs than the code service
+
+
 @pytest.mark.parametrize(
     "row, message",
     [
@@ -64,7 +75,7 @@ def test_mooncake_jsonl(tmp_path):
 
 
 def test_unknown_trace():
-    with pytest.raises(traces.TraceError, match="built-in traces: azure-code"):
+    with pytest.raises(traces.TraceError, match="built-in traces: azure-code, azure-conv"):
         traces.read("azure-chat")
 
 
