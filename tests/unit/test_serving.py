@@ -81,6 +81,14 @@ def test_kv_wait_one_request():
     assert not metrics.summarise(res, 2, {"ttft": 1599e-9, "tpot": 1})["meets_slo"]
 
 
+def test_served_counts_completions_inside_the_arrival_window():
+    # arrivals at 0 and 5,000 ns: the first is done at 1,800, the second at 6,800, after the window
+    _, res = run([model.Request(0, 0, 10, 3), model.Request(1, 5000, 10, 3)], {0: 500, 1: 500})
+    m = metrics.summarise(res, 2, {"ttft": 1, "tpot": 1})
+    assert m["served_in_window_per_s_per_gpu"] == pytest.approx(1 / 5000e-9 / 2)
+    assert m["requests_per_s_per_gpu"] == pytest.approx(2 / 6800e-9 / 2)  # over the span, drain included
+
+
 def test_prefill_batches_what_is_queued():
     # the first arrival starts a batch alone; the two queued behind it share the next batch
     reqs = [model.Request(0, 0, 10, 1), model.Request(1, 10, 10, 1), model.Request(2, 20, 10, 1)]
