@@ -117,13 +117,19 @@ def tables(fab: Fabric) -> Tables:
     # local delivery: the switch port cabled to each GPU port
     ng[[rows[a_nodes[g // n]] for g in range(N)], cons] = peer[cons]
     ng[[rows[b_nodes[g % m]] for g in range(N)], rail] = peer[rail]
-    # fabric: parallel link chosen by the destination's position on its switch (deterministic)
+    # fabric: the parallel link is chosen by the destination (deterministic). Toward B, by the
+    # destination's position on its B switch (h // m). Toward A, by which of the B switches' rounds
+    # the destination's position on its A switch falls in ((h % n) // m): the GPUs of one server
+    # that share a B switch sit m positions apart on every A switch, so a rank-aligned
+    # server-to-server transfer (rank r to rank r, the usual P/D mapping) puts each of them on
+    # its own link. The position itself ((h % n) % lpp) put both on one link whenever lpp divides
+    # m: the 32-GPU form's KV shards then took twice as long as on ROFT (the flow engine, 32 GPUs).
     for a in a_nodes:
         toward_b = np.array([between[(a, b)] for b in b_nodes])  # (m, lpp)
         ng[rows[a], rail] = toward_b[h % m, (h // m) % lpp]
     for b in b_nodes:
         toward_a = np.array([between[(b, a)] for a in a_nodes])
-        ng[rows[b], cons] = toward_a[h // n, (h % n) % lpp]
+        ng[rows[b], cons] = toward_a[h // n, ((h % n) // m) % lpp]
     return Tables(fab, ng, [])
 
 

@@ -166,6 +166,20 @@ def test_rectangular_parallel_links_are_used_evenly():
     assert max(used.values()) - min(used.values()) <= 8
 
 
+@pytest.mark.parametrize("src, dst", [(0, 1), (0, 3), (2, 1), (3, 0)])
+def test_rectangular_server_to_server_rank_aligned_shares_no_fabric_link(src, dst):
+    """Every GPU of one 8-GPU server sends to the same rank of another, on both ports (the P/D
+    mapping): with n/m parallel links per pair the fabric has a link for every flow. The table
+    rule that chose the link by the destination's position put two flows on one link."""
+    fab = build_fabric("zcube:n=8,gpus=32,gpus_per_server=8,links_per_pair=2")
+    used = []
+    for r in range(8):
+        for port in ("p0", "p1"):
+            hops = route(fab, f"g{8 * src + r}-{port}", f"g{8 * dst + r}").hops
+            used.append((hops[0].switch, hops[0].out_port))  # the fabric link leaving the first switch
+    assert len(set(used)) == len(used) == 16
+
+
 def test_rectangular_without_enough_links_is_oversubscribed_not_refused():
     fab = build_fabric("zcube:n=8,gpus=32")  # Zhipu's figure: 8 GPU ports, 4 fabric ports
     assert fab.params["radix"] == 12 and validate(fab).ok
