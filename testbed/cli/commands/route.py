@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from ...errors import UserInputError
 from .. import options
 from ..output import print_json
 
@@ -11,7 +12,12 @@ def run(args) -> int:
     from ...fabric.paths import route
 
     fab = build_fabric(args.spec)
-    r = route(fab, args.src, args.dst, sport=args.sport)
+    try:
+        r = route(fab, args.src, args.dst, sport=args.sport)
+    except LookupError as e:  # the tables do not deliver this port pair (ZCube: cons to cons): the user's pick
+        raise UserInputError(
+            f"{e}; give the destination as a GPU (e.g. {args.dst.split('-')[0]}) to let the address rule pick its port"
+        ) from None
     if args.json:
         print_json({"src": r.src_port, "dst": r.dst_port, "dst_ip": r.dst_ip, "hops": [h.__dict__ for h in r.hops]})
         return 0
