@@ -34,3 +34,8 @@ class RuntimeFailure(ZlabError):
     def __str__(self) -> str:
         base = super().__str__()
         return f"{base} (log: {self.log_path})" if self.log_path else base
+
+
+class Terminated(Exception):
+    """SIGTERM while a fabric is up (zlab destroy sends it): tear down, then stop. Not a ZlabError:
+    it is how a user stops a run, not a failure; the CLI answers it with one line and exit 143."""

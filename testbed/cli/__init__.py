@@ -12,7 +12,7 @@ from __future__ import annotations
 import argparse
 import sys
 
-from ..errors import RuntimeFailure, UserInputError
+from ..errors import RuntimeFailure, Terminated, UserInputError
 from .commands import (
     capacity,
     capture,
@@ -103,3 +103,6 @@ def main(argv=None) -> int:
     except KeyboardInterrupt:
         print("zlab: interrupted", file=sys.stderr)
         return 130
+    except Terminated as exc:  # zlab destroy or kill: whatever was brought up was torn down on the way out
+        print(f"zlab: terminated ({exc})", file=sys.stderr)
+        return 143

@@ -13,6 +13,7 @@ import time
 from dataclasses import dataclass
 from pathlib import Path
 
+from ..errors import Terminated
 from ..fabric import build_fabric
 from ..fabric.model import Fabric
 from ..fabric.validate import validate
@@ -47,10 +48,6 @@ def free_port() -> int:
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
         return s.getsockname()[1]
-
-
-class Terminated(Exception):
-    """SIGTERM while a fabric is up (zlab destroy sends it): tear down, then stop."""
 
 
 def raise_terminated(signum, frame):

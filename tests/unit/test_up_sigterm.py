@@ -19,3 +19,19 @@ def test_sigterm_during_bring_up_exits_143_without_traceback(monkeypatch, capsys
         signal.signal(signal.SIGTERM, old)
     assert closed == ["interrupted"]
     assert "stopped by SIGTERM during bring-up" in capsys.readouterr().out
+
+
+def test_a_command_stopped_by_sigterm_says_so_in_one_line(monkeypatch, capsys):
+    """Any command (zlab capacity --network emulation, zlab run) a SIGTERM stops after its fabric
+    was torn down: one line, exit 143, no traceback."""
+    from testbed.cli import main
+    from testbed.cli.commands import route
+    from testbed.errors import Terminated
+
+    def stopped(args):
+        raise Terminated("signal 15")
+
+    monkeypatch.setattr(route, "run", stopped)
+    assert main(["route", "zcube:n=4", "g0-p0", "g5"]) == 143
+    err = capsys.readouterr().err.strip().splitlines()
+    assert err == ["zlab: terminated (signal 15)"]
