@@ -16,6 +16,32 @@ from .runtable import HEADLINE, draws_table, run_table
 
 ZLAB = ".venv/bin/zlab"
 PY = ".venv/bin/python"
+# docs/serving-capacity.md's emulation example: a pattern the network binds (25 Gb/s per GPU, rank-shifted
+# KV, a 0.3 s TTFT SLO) and a short window, so that the emulation's wall time stays in minutes
+EMU_CAPACITY_ARGS = (
+    "--set",
+    "workload.model=llama3-8b",
+    "--set",
+    "deployment.mapping=rank-shifted",
+    "--set",
+    "fabrics.roft=roft:gpus=16,gpus_per_server=4,segments=2,gpu_gbps=25",
+    "--set",
+    "fabrics.zcube=zcube:n=4,gpus_per_server=4,gpu_gbps=25",
+    "--slo",
+    "ttft=0.3",
+    "--requests",
+    "30",
+    "--window-slos",
+    "2",
+    "--repeats",
+    "3",
+    "--iterations",
+    "3",
+    "--rate-min",
+    "1",
+    "--rate-max",
+    "9",
+)
 LAYOUT_SPECS = [
     "zcube:n=32,gpus_per_server=8",
     "roft:gpus=1024,gpus_per_server=8,radix=64,tiers=2",
@@ -213,7 +239,7 @@ FIGURES = {
         ),
         Figure(
             "serving-capacity-emulation",
-            "capacity on the live emulated fabric beside the flow engine, 16 GPUs, the docs example (its wall time is the benchmark)",
+            "capacity on the live emulated fabric beside the flow engine, 16 GPUs at 25 Gb/s per GPU, the docs example (its wall time is the benchmark)",
             (
                 ZLAB,
                 "capacity",
@@ -221,22 +247,7 @@ FIGURES = {
                 "emulation",
                 "--network",
                 "flow",
-                "--set",
-                "workload.model=llama3-8b",
-                "--set",
-                "deployment.mapping=rank-shifted",
-                "--requests",
-                "30",
-                "--window-slos",
-                "2",
-                "--repeats",
-                "3",
-                "--iterations",
-                "2",
-                "--rate-min",
-                "2",
-                "--rate-max",
-                "8",
+                *EMU_CAPACITY_ARGS,
                 "--no-progress",
                 "--results",
                 "/tmp/zlab-docs-capemu",
