@@ -33,7 +33,10 @@ def _cases(tmp_path):
     nan_line = '{"timestamp": NaN, "input_length": 1, "output_length": 1}'
     return [
         (["fabric", "show", "zcube:n=4,gpu_gbps=inf"], "gpu_gbps='inf' must be a finite number"),
-        (["route", "zcube:n=4", "g0-p0", "g5-p0"], "no route from g0-p0 to g5-p0: no table entry; give the destination"),
+        (
+            ["route", "zcube:n=4", "g0-p0", "g5-p0"],
+            "no route from g0-p0 to g5-p0: no table entry; give the destination",
+        ),
         (["layout", "zcube:n=4", "--set", "racks=3"], "unknown constraint 'racks'; known: rack_units"),
         (["layout", "zcube:n=4", "--set", "server_power_kw=80"], "not one server fits a rack"),
         (["multiplane", "zcube-planes:planes=3,n=4,gpus_per_server=4"], "to divide gpus_per_server"),
