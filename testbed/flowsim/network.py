@@ -1,8 +1,13 @@
-"""A fluid network of transfers over fixed routes: max-min rates recomputed at every start and
+"""A fluid network of transfers over fixed routes: max-min rates recomputed after every start and
 completion (event by event), bytes drained at those rates in between.
 
 Why apart from the fabric: the event logic is checked against hand-worked schedules on made-up
 links, and the fabric engine (engine.py) only turns GPU ports and source ports into routes.
+Why rates are solved lazily: starts and completions at one instant (a KV transfer's shards all
+start together) change nothing until time moves, so the rates are solved once, when they are next
+needed (the next completion time, or draining bytes over a positive interval), for the set of
+transfers then running -- the same set, in the same order, an eager solve after the last of them
+would have seen, so the same rates.
 """
 
 from __future__ import annotations
@@ -24,9 +29,10 @@ class FluidNetwork:
         self.capacity_bps = np.asarray(capacity_bps, dtype=float)
         self.now_ns = 0.0
         self._ids: list[int] = []
-        self._routes: list[np.ndarray] = []
+        self._links = np.full((0, 1), -1, dtype=np.int64)  # (F, H) link ids per transfer, -1 padded
         self._left_bits = np.zeros(0)
         self._rate = np.zeros(0)
+        self._stale = False  # the set of transfers changed since the rates were solved
         self.rate_solves = 0
         self._soonest = 0
 
@@ -39,10 +45,18 @@ class FluidNetwork:
         done = self._drain_to(float(t_ns))
         if done:
             raise RuntimeError(f"transfers {done} completed before {t_ns} ns and were not collected: call advance()")
+        r = np.asarray(route, dtype=np.int64).ravel()
+        F, H = self._links.shape
+        if r.size > H:
+            self._links = np.concatenate([self._links, np.full((F, r.size - H), -1, dtype=np.int64)], axis=1)
+            H = r.size
+        row = np.full((1, H), -1, dtype=np.int64)
+        row[0, : r.size] = r
         self._ids.append(int(flow_id))
-        self._routes.append(np.asarray(route, dtype=np.int64))
+        self._links = np.concatenate([self._links, row])
         self._left_bits = np.append(self._left_bits, 8.0 * size_bytes)
-        self._solve()
+        self._rate = np.append(self._rate, 0.0)
+        self._stale = True
 
     def next_event_ns(self) -> int | None:
         t = self._next_completion()
@@ -63,12 +77,14 @@ class FluidNetwork:
         return len(self._ids)
 
     def rates_bps(self) -> dict[int, float]:
+        self._solve()
         return dict(zip(self._ids, self._rate.tolist()))
 
     # -- internals ------------------------------------------------------------------------------
     def _next_completion(self) -> float | None:
         if not self._ids:
             return None
+        self._solve()
         with np.errstate(divide="ignore"):
             dt_s = np.where(self._rate > 0, self._left_bits / np.where(self._rate > 0, self._rate, 1), np.inf)
         i = self._soonest = int(np.argmin(dt_s))
@@ -83,6 +99,7 @@ class FluidNetwork:
             self.now_ns = max(self.now_ns, t_ns)
             return []
         if t_ns > self.now_ns:
+            self._solve()
             self._left_bits -= self._rate * (t_ns - self.now_ns) / NS_PER_S
             self.now_ns = t_ns
         elif finished is None:
@@ -96,21 +113,24 @@ class FluidNetwork:
         if not done.any():
             return []
         t_done = int(np.ceil(t_ns - 1e-6))
-        out = [(fid, t_done) for fid, d in zip(self._ids, done) if d]
+        idx = np.flatnonzero(done)
+        out = [(self._ids[i], t_done) for i in idx.tolist()]
         keep = ~done
-        self._ids = [f for f, k in zip(self._ids, keep) if k]
-        self._routes = [r for r, k in zip(self._routes, keep) if k]
+        for i in idx[::-1].tolist():
+            del self._ids[i]
+        self._links = self._links[keep]
         self._left_bits = self._left_bits[keep]
-        self._solve()
+        self._rate = self._rate[keep]
+        self._stale = True
         return out
 
     def _solve(self) -> None:
+        """Solve the rates if the set of transfers changed since they were last solved."""
+        if not self._stale:
+            return
+        self._stale = False
         if not self._ids:
             self._rate = np.zeros(0)
             return
-        H = max(r.size for r in self._routes)
-        links = np.full((len(self._routes), H), -1, dtype=np.int64)
-        for i, r in enumerate(self._routes):
-            links[i, : r.size] = r
-        self._rate = max_min_rates(links, self.capacity_bps)
+        self._rate = max_min_rates(self._links, self.capacity_bps)
         self.rate_solves += 1
