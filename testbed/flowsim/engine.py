@@ -24,11 +24,13 @@ class FlowEngine:
 
     name = "flow"
 
-    def __init__(self, fab: Fabric, tables: Tables | None = None, seed: int = 0):
+    def __init__(self, fab: Fabric, tables: Tables | None = None, seed: int = 0, solver: str = "incremental"):
+        """solver: how rates are re-solved after each event (network.SOLVERS): "incremental" (the
+        touched components) or "global" (every flow: the reference it is checked against)."""
         self.fab = fab
         self.tables = tables if tables is not None else forwarding_tables(fab)
         # directed link 2*lk + d has the link's rate in both directions
-        self.net = FluidNetwork(np.repeat(np.asarray(fab.link_rate_bps, dtype=float), 2))
+        self.net = FluidNetwork(np.repeat(np.asarray(fab.link_rate_bps, dtype=float), 2), solver)
         self._rng = np.random.default_rng(seed)
         self.routes: dict[int, tuple[int, ...]] = {}
         # Why a cache and a batch: a route depends only on (src, dst, sport) and the tables, and a
