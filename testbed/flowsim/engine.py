@@ -82,9 +82,9 @@ class FlowEngine:
         if not pending:
             return
         routes = self._routes_of([(p[2], p[3], p[5]) for p in pending])
-        for (t_ns, flow_id, _src, _dst, size_bytes, _sport), r in zip(pending, routes):
-            self.routes[flow_id] = r
-            self.net.add(t_ns, flow_id, np.asarray(r, dtype=np.int64), size_bytes)
+        for p, r in zip(pending, routes):
+            self.routes[p[1]] = r
+        self.net.add_many(pending[0][0], [(p[1], np.asarray(r), p[4]) for p, r in zip(pending, routes)])
 
     def next_event_ns(self) -> int | None:
         self._commit()

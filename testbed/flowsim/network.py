@@ -46,33 +46,39 @@ class FluidNetwork:
         self._left_bits = np.zeros(0)
         self._rate = np.zeros(0)
         self._stale = False  # the set of transfers changed since the rates were solved
+        self._next: float | None = None  # the next completion, while neither clock nor transfers moved
         self.rate_solves = 0
         self._soonest = 0
 
     # -- what the engine interface needs ------------------------------------------------------
     def add(self, t_ns: int, flow_id: int, route: np.ndarray, size_bytes: int) -> None:
+        self.add_many(t_ns, [(flow_id, route, size_bytes)])
+
+    def add_many(self, t_ns: int, flows: list[tuple[int, np.ndarray, int]]) -> None:
+        """Start (flow_id, route, size_bytes) transfers at t_ns, in this order: add() of each."""
+        if not flows:
+            return
         if t_ns < self.now_ns - 1e-6:
             raise ValueError(
-                f"transfer {flow_id} starts at {t_ns} ns, before the engine's clock ({self.now_ns:.0f} ns)"
+                f"transfer {flows[0][0]} starts at {t_ns} ns, before the engine's clock ({self.now_ns:.0f} ns)"
             )
         done = self._drain_to(float(t_ns))
         if done:
             raise RuntimeError(f"transfers {done} completed before {t_ns} ns and were not collected: call advance()")
-        r = np.asarray(route, dtype=np.int64).ravel()
+        routes = [np.asarray(r, dtype=np.int64).ravel() for _, r, _ in flows]
         F, H = self._links.shape
-        if r.size > H:
-            self._links = np.concatenate([self._links, np.full((F, r.size - H), -1, dtype=np.int64)], axis=1)
-            H = r.size
-        row = np.full((1, H), -1, dtype=np.int64)
-        row[0, : r.size] = r
-        self._ids.append(int(flow_id))
-        self._links = np.concatenate([self._links, row])
-        self._left_bits = np.append(self._left_bits, 8.0 * size_bytes)
-        self._rate = np.append(self._rate, 0.0)
-        self._touched.append(r)
-        self._stale = True
-        if self.solver == "global":
-            self._solve()
+        W = max(H, max(r.size for r in routes))
+        rows = np.full((len(routes), W), -1, dtype=np.int64)
+        for i, r in enumerate(routes):
+            rows[i, : r.size] = r
+        if W > H:
+            self._links = np.concatenate([self._links, np.full((F, W - H), -1, dtype=np.int64)], axis=1)
+        self._ids.extend(int(f) for f, _, _ in flows)
+        self._links = np.concatenate([self._links, rows])
+        self._left_bits = np.concatenate([self._left_bits, [8.0 * size for _, _, size in flows]])
+        self._rate = np.concatenate([self._rate, np.zeros(len(flows))])
+        self._touched.extend(routes)
+        self._changed()
 
     def next_event_ns(self) -> int | None:
         t = self._next_completion()
@@ -100,13 +106,15 @@ class FluidNetwork:
     def _next_completion(self) -> float | None:
         if not self._ids:
             return None
+        if self._next is not None:
+            return self._next
         self._solve()
-        with np.errstate(divide="ignore"):
-            dt_s = np.where(self._rate > 0, self._left_bits / np.where(self._rate > 0, self._rate, 1), np.inf)
+        dt_s = np.divide(self._left_bits, self._rate, out=np.full(self._rate.size, np.inf), where=self._rate > 0)
         i = self._soonest = int(np.argmin(dt_s))
         if not np.isfinite(dt_s[i]):
             raise RuntimeError(f"transfer {self._ids[i]} has no capacity on its route: it would never complete")
-        return self.now_ns + dt_s[i] * NS_PER_S
+        self._next = self.now_ns + dt_s[i] * NS_PER_S
+        return self._next
 
     def _drain_to(self, t_ns: float, finished: int | None = None) -> list[tuple[int, int]]:
         """Move the clock to t_ns, draining bytes; remove and return transfers that finished
@@ -118,6 +126,7 @@ class FluidNetwork:
             self._solve()
             self._left_bits -= self._rate * (t_ns - self.now_ns) / NS_PER_S
             self.now_ns = t_ns
+            self._next = None
         elif finished is None:
             return []
         # else: a transfer so nearly done that its completion rounds to the clock itself (a few bits
@@ -138,10 +147,14 @@ class FluidNetwork:
         self._links = self._links[keep]
         self._left_bits = self._left_bits[keep]
         self._rate = self._rate[keep]
-        self._stale = True
-        if self.solver == "global":
-            self._solve()
+        self._changed()
         return out
+
+    def _changed(self) -> None:
+        self._stale = True
+        self._next = None
+        if self.solver == "global":  # the reference: every flow, after every start and completion
+            self._solve()
 
     def _solve(self) -> None:
         """Solve the rates if the set of transfers changed since they were last solved."""
