@@ -41,8 +41,9 @@ def settings(gpus: int) -> list[str]:
     ]
 
 
-def search(gpus: int, label: str, a) -> dict:
-    """One fabric's capacity search, in this process; what it cost and what it found."""
+def search(gpus: int, label: str, a, keep_points: bool = False) -> dict:
+    """One fabric's capacity search, in this process; what it cost and what it found (with every
+    evaluated point's metrics under "runs" if keep_points)."""
     from testbed.experiment import spec as especs
     from testbed.flowsim.engine import FlowEngine
     from testbed.serving import capacity, setup
@@ -74,6 +75,7 @@ def search(gpus: int, label: str, a) -> dict:
         "interval": [round(run0["capacity_per_gpu_rps"], 4), round(min(above), 4) if above else None],
         "bound": run0["bound"],
         "capacities": [r["capacity_per_gpu_rps"] for r in doc["runs"]],
+        **({"runs": doc["runs"]} if keep_points else {}),
     }
 
 

@@ -48,6 +48,7 @@ class FluidNetwork:
         self._stale = False  # the set of transfers changed since the rates were solved
         self._next: float | None = None  # the next completion, while neither clock nor transfers moved
         self.rate_solves = 0
+        self.solved_flows = 0  # flows whose rates were computed, summed over solves
         self._soonest = 0
 
     # -- what the engine interface needs ------------------------------------------------------
@@ -168,6 +169,7 @@ class FluidNetwork:
         self.rate_solves += 1
         if self.solver == "global":
             self._rate = max_min_rates(self._links, self.capacity_bps)
+            self.solved_flows += len(self._ids)
             return
         # the flows linked to a touched link through shared links: grow the set until it is closed
         links = self._links
@@ -187,6 +189,7 @@ class FluidNetwork:
         if not n:
             return
         sub = links[hit]
+        self.solved_flows += n
         ids, inv = np.unique(sub, return_inverse=True)
         inv = inv.reshape(sub.shape)
         if ids[0] < 0:  # the padding: keep it -1, number the real links from 0
