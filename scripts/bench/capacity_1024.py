@@ -101,9 +101,8 @@ def main(argv=None) -> int:
         return 0
     rows = []
     for label in labels:
-        args = [a.__dict__[k] for k in ("gpus", "repeats", "iterations", "rate_min", "rate_max", "window_slos")]
-        cmd = [sys.executable, __file__, "--child", label, "--solver", a.solver]
-        cmd += [f"--{k}={v}" for k, v in zip(("gpus", "repeats", "iterations", "rate-min", "rate-max", "window-slos"), args)]
+        keys = ("gpus", "repeats", "iterations", "rate_min", "rate_max", "window_slos", "solver")
+        cmd = [sys.executable, __file__, "--child", label, *(f"--{k.replace('_', '-')}={a.__dict__[k]}" for k in keys)]
         out = subprocess.run(cmd, check=True, capture_output=True, text=True).stdout
         r = json.loads(out.strip().splitlines()[-1])
         rows.append(r)

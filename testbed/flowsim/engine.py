@@ -63,9 +63,7 @@ class FlowEngine:
             for i, (src, dst, sport) in enumerate(miss):
                 k = int(w.n_hops[i])
                 if k < 0:
-                    raise LookupError(
-                        f"no route from {src} to {dst} (sport {sport}): the tables do not deliver it"
-                    )
+                    raise LookupError(f"no route from {src} to {dst} (sport {sport}): the tables do not deliver it")
                 cache[(src, dst, sport)] = tuple(w.dlinks[i, : k + 1].tolist())
         return [cache[k] for k in keys]
 

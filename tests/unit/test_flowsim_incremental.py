@@ -98,8 +98,6 @@ def test_a_capacity_search_finds_the_same_capacity_with_either_solver():
     from argparse import Namespace
     from pathlib import Path
 
-    from testbed.flowsim.engine import FlowEngine
-
     path = Path(__file__).resolve().parents[2] / "scripts" / "bench" / "capacity_1024.py"
     spec = importlib.util.spec_from_file_location("capacity_bench", path)
     bench = importlib.util.module_from_spec(spec)
