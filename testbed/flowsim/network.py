@@ -17,6 +17,8 @@ of small components, and one global solve costs O(links) per bottleneck level.
 
 from __future__ import annotations
 
+import math
+
 import numpy as np
 
 from .maxmin import max_min_rates
@@ -83,7 +85,7 @@ class FluidNetwork:
 
     def next_event_ns(self) -> int | None:
         t = self._next_completion()
-        return None if t is None else int(np.ceil(t - 1e-6))
+        return None if t is None else math.ceil(t - 1e-6)
 
     def advance(self, t_ns: int) -> list[tuple[int, int]]:
         out: list[tuple[int, int]] = []
@@ -133,12 +135,12 @@ class FluidNetwork:
         # else: a transfer so nearly done that its completion rounds to the clock itself (a few bits
         # left at hundreds of Gb/s, far below a float's resolution of a clock in seconds): it is done
         # a transfer within a millionth of a bit (or of its own size) of done is done: float drift
-        done = self._left_bits <= np.maximum(1e-6, 1e-12 * self._left_bits.max(initial=0))
+        done = self._left_bits <= max(1e-6, 1e-12 * float(self._left_bits.max(initial=0)))
         if finished is not None:
             done[self._ids.index(finished)] = True
         if not done.any():
             return []
-        t_done = int(np.ceil(t_ns - 1e-6))
+        t_done = math.ceil(t_ns - 1e-6)
         idx = np.flatnonzero(done)
         out = [(self._ids[i], t_done) for i in idx.tolist()]
         keep = ~done
