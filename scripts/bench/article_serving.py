@@ -48,7 +48,11 @@ def fabrics_32(gbps: int) -> tuple[str, ...]:
     )
 
 
-FABRICS_1024 = (
+FABRICS_1024 = (  # the spec's instance counts do not grow with the fabric: 64 P + 64 D of tp=8 serve every GPU
+    "--set",
+    "deployment.prefill_instances=64",
+    "--set",
+    "deployment.decode_instances=64",
     "--set",
     "fabrics.zcube=zcube:n=32,gpus_per_server=8",
     "--set",

@@ -44,6 +44,7 @@ def ecmp_bits(k: int) -> int:
     return min(12, max(4, int(np.ceil(np.log2(max(k, 1)))) + 6))
 
 
+@lru_cache(maxsize=65536)
 def ecmp_window(seed: int, k: int, lane: int = 0, lanes: int = 1) -> tuple[int, int]:
     """(shift, bits): the UDP-source-port bits a switch looks at for a k-way group.
 

@@ -24,34 +24,72 @@ class FlowEngine:
 
     name = "flow"
 
-    def __init__(self, fab: Fabric, tables: Tables | None = None, seed: int = 0):
+    def __init__(self, fab: Fabric, tables: Tables | None = None, seed: int = 0, solver: str = "incremental"):
+        """solver: how rates are re-solved after each event (network.SOLVERS): "incremental" (the
+        touched components) or "global" (every flow: the reference it is checked against)."""
         self.fab = fab
         self.tables = tables if tables is not None else forwarding_tables(fab)
         # directed link 2*lk + d has the link's rate in both directions
-        self.net = FluidNetwork(np.repeat(np.asarray(fab.link_rate_bps, dtype=float), 2))
+        self.net = FluidNetwork(np.repeat(np.asarray(fab.link_rate_bps, dtype=float), 2), solver)
         self._rng = np.random.default_rng(seed)
         self.routes: dict[int, tuple[int, ...]] = {}
+        # Why a cache and a batch: a route depends only on (src, dst, sport) and the tables, and a
+        # serving run reuses each QP's for every request between the same ports; walking the tables
+        # costs about the same for one flow as for a request's dozen, so routes not yet known are
+        # walked together when the started transfers are next needed (next_event_ns, advance, or a
+        # start at a later time).
+        self._route_cache: dict[tuple[str, str, int], tuple[int, ...]] = {}
+        self._port_ids: dict[str, int] = {}
+        self._pending: list[tuple[int, int, str, str, int, int]] = []
+
+    def _port(self, ref: str) -> int:
+        p = self._port_ids.get(ref)
+        if p is None:
+            p = self._port_ids[ref] = gpu_port_ref(self.fab, ref)
+        return p
 
     def route(self, src: str, dst: str, sport: int) -> np.ndarray:
         """Directed link ids from GPU port src to GPU port dst for this UDP source port."""
-        sp, da = gpu_port_ref(self.fab, src), gpu_port_ref(self.fab, dst)
-        w = walk(self.fab, [sp], [da], sport, tables=self.tables)
-        k = int(w.n_hops[0])
-        if k < 0:
-            raise LookupError(f"no route from {src} to {dst} (sport {sport}): the tables do not deliver it")
-        return w.dlinks[0, : k + 1]
+        return np.asarray(self._routes_of([(src, dst, int(sport))])[0], dtype=np.int64)
+
+    def _routes_of(self, keys: list[tuple[str, str, int]]) -> list[tuple[int, ...]]:
+        """Routes of (src, dst, sport) keys: cached ones as they are, the rest in one walk."""
+        cache = self._route_cache
+        miss = list(dict.fromkeys(k for k in keys if k not in cache))
+        if miss:
+            sp = [self._port(k[0]) for k in miss]
+            da = [self._port(k[1]) for k in miss]
+            w = walk(self.fab, sp, da, [k[2] for k in miss], tables=self.tables)
+            for i, (src, dst, sport) in enumerate(miss):
+                k = int(w.n_hops[i])
+                if k < 0:
+                    raise LookupError(f"no route from {src} to {dst} (sport {sport}): the tables do not deliver it")
+                cache[(src, dst, sport)] = tuple(w.dlinks[i, : k + 1].tolist())
+        return [cache[k] for k in keys]
 
     def start(self, t_ns: int, flow_id: int, src: str, dst: str, size_bytes: int, sport: int | None = None) -> None:
         if sport is None:  # as a RoCE NIC draws it: uniform over the RoCEv2 source-port range
             sport = ROCE_SPORT_FIRST + int(self._rng.integers(ROCE_SPORT_COUNT))
-        r = self.route(src, dst, sport)
-        self.routes[flow_id] = tuple(int(x) for x in r)
-        self.net.add(t_ns, flow_id, r, size_bytes)
+        if self._pending and self._pending[0][0] != t_ns:
+            self._commit()
+        self._pending.append((t_ns, flow_id, src, dst, size_bytes, int(sport)))
+
+    def _commit(self) -> None:
+        """Add the transfers started since the last call, in start order, with their routes."""
+        pending, self._pending = self._pending, []
+        if not pending:
+            return
+        routes = self._routes_of([(p[2], p[3], p[5]) for p in pending])
+        for p, r in zip(pending, routes):
+            self.routes[p[1]] = r
+        self.net.add_many(pending[0][0], [(p[1], np.asarray(r), p[4]) for p, r in zip(pending, routes)])
 
     def next_event_ns(self) -> int | None:
+        self._commit()
         return self.net.next_event_ns()
 
     def advance(self, t_ns: int) -> list[tuple[int, int]]:
+        self._commit()
         return self.net.advance(t_ns)
 
 

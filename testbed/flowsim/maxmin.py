@@ -29,20 +29,24 @@ def max_min_rates(links: np.ndarray, capacity_bps: np.ndarray) -> np.ndarray:
     if F == 0:
         return rate
     remaining = np.asarray(capacity_bps, dtype=float).copy()
-    valid = links >= 0
-    safe = np.where(valid, links, 0)
-    frozen = ~valid.any(axis=1)  # a flow with no link is unconstrained: leave it at 0 and frozen
     L = remaining.size
-    while not frozen.all():
-        live = valid & ~frozen[:, None]
-        count = np.bincount(safe[live], minlength=L)
-        used = count > 0
-        share = np.full(L, np.inf)
-        share[used] = np.maximum(remaining[used], 0.0) / count[used]
+    # the (flow, link) pairs, row by row: what every round counts, tests and takes rates off
+    pf, hop = np.nonzero(links >= 0)
+    pl = links[pf, hop]
+    frozen = np.bincount(pf, minlength=F) == 0  # a flow with no link is unconstrained: left at 0
+    live = ~frozen[pf]
+    share = np.empty(L)
+    while live.any():
+        count = np.bincount(pl[live], minlength=L)
+        share.fill(np.inf)
+        np.divide(np.maximum(remaining, 0.0), count, out=share, where=count > 0)
         level = share.min()
-        bottleneck = used & (share <= level * (1 + 1e-12))
-        hit = (bottleneck[safe] & live).any(axis=1)
+        hit_pair = (share <= level * (1 + 1e-12))[pl] & live
+        hit = np.zeros(F, dtype=bool)
+        hit[pf[hit_pair]] = True
         rate[hit] = level
         frozen |= hit
-        np.subtract.at(remaining, safe[valid & hit[:, None]], level)
+        hit_pair = hit[pf]  # every link of a flow frozen now, not only its bottleneck
+        np.subtract.at(remaining, pl[hit_pair], level)
+        live &= ~hit_pair
     return rate

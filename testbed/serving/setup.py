@@ -51,6 +51,17 @@ class Scenario:
         tp = len(P[0].gpus)
         qp_rng = random.Random(seed)
         qps: dict[tuple[str, str], int] = {}
+        names: dict[tuple[int, str, int], tuple[str, str]] = {}
+
+        def port_names(src_gpu: int, role: str, dst_gpu: int) -> tuple[str, str]:
+            """(source port, destination port) names of a shard's part: the address rule, once per triple."""
+            key = (src_gpu, role, dst_gpu)
+            if key not in names:
+                names[key] = (
+                    fab.ports[int(src_port_id(fab, src_gpu, role))].name,
+                    fab.ports[int(dst_address(fab, src_gpu, role, dst_gpu))].name,
+                )
+            return names[key]
 
         def flows(p: int, d: int, req: int, kv_bytes: int):
             ranks = workload.rank_map(self.mapping, tp, random.Random(seed * 1_000_003 + req))
@@ -60,8 +71,7 @@ class Scenario:
                 shard = per_shard + (kv_bytes - per_shard * tp if rank == 0 else 0)
                 src_gpu, dst_gpu = P[p].gpus[rank], D[d].gpus[ranks[rank]]
                 for role, share in parts:
-                    src = fab.ports[int(src_port_id(fab, src_gpu, role))].name
-                    dst = fab.ports[int(dst_address(fab, src_gpu, role, dst_gpu))].name
+                    src, dst = port_names(src_gpu, role, dst_gpu)
                     if (src, dst) not in qps:
                         qps[(src, dst)] = qp_rng.randrange(49152, 65536)
                     out.append((src, dst, int(shard * share), qps[(src, dst)]))
