@@ -198,8 +198,11 @@ def stolen(exp: Experiment, fdir: Path, repeat: int) -> str | None:
     from ..measure.tables import cpu_fractions
 
     limit = exp.measurement["max_steal_fraction"]
-    rows = read_jsonl(fdir / "raw" / f"rep{repeat}" / "cpu.jsonl")
-    steal = cpu_fractions(rows).get("steal", {}).get("max")
+    raw = fdir / "raw" / f"rep{repeat}"
+    clock = read_json(raw / "run_clock.json")
+    steal = (
+        cpu_fractions(read_jsonl(raw / "cpu.jsonl"), clock["t0_ns"], clock.get("t_end_ns")).get("steal", {}).get("max")
+    )
     if steal is not None and steal > limit:
         return f"hypervisor steal up to {100 * steal:.0f} % of the cores (limit {100 * limit:.0f} %)"
     return None

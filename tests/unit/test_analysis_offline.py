@@ -132,6 +132,28 @@ def test_rule_subsecond_saturation_is_not_averaged_away(run):
     assert any(r.startswith("CPU-bound: agent at") for r in _reasons(run, "zcube"))
 
 
+def _saturate_interval(path: Path, i: int, key: str = "machine_busy_s"):
+    """Sample interval i (rows i..i+1) at 100 % of the machine; every later row carries the extra."""
+    recs = read_jsonl(path)
+    extra = recs[0]["cores"] * (recs[i + 1]["t_ns"] - recs[i]["t_ns"]) / 1e9
+    _rewrite_jsonl(path, lambda r: dict(r, **{key: r[key] + (extra if r["t_ns"] > recs[i]["t_ns"] else 0)}))
+
+
+def test_rule_cpu_counts_only_the_replay_window(run):
+    """The sampler starts before the agents' set-up: a saturated interval that ends before t0 (CI
+    measured one at 92 % 1.2 s before the first release) does not void; the same interval once
+    messages are in flight does."""
+    path = _raw(run, "zcube") / "cpu.jsonl"
+    t0 = json.loads((_raw(run, "zcube") / "run_clock.json").read_text())["t0_ns"]
+    before = [i for i, r in enumerate(read_jsonl(path)[1:]) if r["t_ns"] < t0]
+    assert before, "the committed run has no sample interval before t0"
+    _saturate_interval(path, before[0])
+    assert report.build(run)["fabrics"]["zcube"]["repeats"][0]["fidelity"] == {"valid": True, "reasons": []}
+    inside = next(i for i, r in enumerate(read_jsonl(path)) if r["t_ns"] > t0)
+    _saturate_interval(path, inside)
+    assert any(r.startswith("CPU-bound: the machine at") for r in _reasons(run, "zcube"))
+
+
 def test_rule_late_samples_count_the_whole_stall(run):
     q = _raw(run, "zcube") / "queues.jsonl"
     _rewrite_jsonl(q, lambda r: dict(r, late=r["samples"] // 5) if r.get("type") == "footer" else r)

@@ -58,6 +58,16 @@ def test_no_cpu_samples_voids(run):
     assert any(r.startswith("CPU rule cannot read its input: no CPU samples") for r in reasons), reasons
 
 
+def test_cpu_samples_only_outside_the_replay_void(run):
+    """Samples that all end before t0 say nothing about the replay: the rule cannot read its input."""
+    raw = _raw(run, "roft")
+    t0 = json.loads((raw / "run_clock.json").read_text())["t0_ns"]
+    path = raw / "cpu.jsonl"
+    path.write_text("".join(json.dumps(r) + "\n" for r in read_jsonl(path) if r["t_ns"] < t0))
+    reasons = _repeat(run)["fidelity"]["reasons"]
+    assert any(r.startswith("CPU rule cannot read its input: no CPU samples") for r in reasons), reasons
+
+
 # ---- drop counters: failed reads, unknown formats, a missing drops.json -------------------------------
 
 
