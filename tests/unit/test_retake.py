@@ -84,9 +84,9 @@ def test_stolen_reads_the_steal_rule_off_the_raw_records(tmp_path):
     cpu = run / "zcube" / "raw" / "rep0" / "cpu.jsonl"
     rows = [json.loads(line) for line in cpu.read_text().splitlines()]
     cores = rows[0]["cores"]
-    dt = (rows[6]["t_ns"] - rows[5]["t_ns"]) / 1e9
+    dt = (rows[9]["t_ns"] - rows[8]["t_ns"]) / 1e9  # an interval inside the replay window [t0, t_end]
     bump = 0.5 * cores * dt  # half of the cores stolen in one interval
-    for r in rows[6:]:
+    for r in rows[9:]:
         r["machine_steal_s"] += bump
     cpu.write_text("\n".join(json.dumps(r) for r in rows) + "\n")
     reason = runner.stolen(ex, run / "zcube", 0)
