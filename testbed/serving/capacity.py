@@ -77,6 +77,7 @@ class Options:
     start_index: int
     seed: int
     window_slos: float = 20.0  # each load's arrivals span at least this many TTFT SLOs
+    jobs: int = 1  # worker processes for the bisections (search(); 1: in this process)
 
 
 def requests_for(opts: Options, rate_per_gpu: float, n_gpus: int) -> int:
@@ -97,6 +98,78 @@ def overload_resolution(opts: Options) -> float:
     return 1.0 / (0.9 * opts.window_slos)
 
 
+def bisection(
+    sc,
+    opts: Options,
+    engine: str,
+    label: str,
+    k: int,
+    index: int = 0,
+    total: int = 1,
+    progress: Callable[[str], None] | None = None,
+    make_engine: Callable | None = None,
+) -> dict:
+    """One (engine, fabric, repeat) bisection: capacity.json's entry under "runs".
+
+    Top level and given only picklable pieces (a setup.Scenario, Options, names, ints; make_engine a
+    module-level callable) so that search() can run it in a worker process; index is its place among
+    search()'s `total` tasks, for progress lines."""
+    from . import engines, metrics, model
+
+    make_engine = make_engine or engines.make_engine
+    seed = opts.seed + k
+    points: list[dict] = []
+
+    def passes(rate: float) -> bool:
+        n_req = requests_for(opts, rate, sc.n_gpus)
+        reqs = sc.requests(rate, n_req, opts.start_index, seed)
+        eng = make_engine(engine, sc)
+        try:
+            res = model.simulate(reqs, sc.deployment, sc.compute, sc.compute, eng, sc.flow_planner(seed), sc.scheduler)
+        finally:  # an engine with a child process (ns3) or a live agent stops it now, also on failure
+            if hasattr(eng, "close"):
+                eng.close()
+        m = metrics.summarise(res, sc.n_gpus, opts.slo_s)
+        fid = eng.fidelity() if hasattr(eng, "fidelity") else None
+        if fid is not None:  # a live engine: a point whose model fell behind the wall is void
+            m["fidelity"] = fid
+        m["rate_per_gpu"] = rate
+        m["requests"] = n_req
+        if k == 0:  # one repeat's occupancy over time is enough to look at
+            m["occupancy_series"] = metrics.occupancy_series(res)
+        points.append(m)
+        if progress:
+            progress(
+                f"{_task_name(opts, engine, label, k, index, total)}: "
+                f"{rate:.4g} req/s/GPU, {n_req} requests: "
+                f"{'meets' if m['meets_slo'] else 'misses'} the SLOs"
+                + (
+                    f" (worst lag {fid['worst_lag_wall_ms']:.3g} ms wall{', VOID' if fid['void'] else ''})"
+                    if fid
+                    else ""
+                )
+            )
+        return m["meets_slo"]
+
+    s = bisect(passes, opts.rate_min, opts.rate_max, opts.iterations)
+    at = next((p for p in points if p["rate_per_gpu"] == s.capacity), None)
+    return {
+        "engine": engine,
+        "fabric": label,
+        "repeat": k,
+        "seed": seed,
+        "capacity_per_gpu_rps": s.capacity,
+        "bound": s.bound,
+        "ttft_p99_at_capacity_s": at["ttft_s"]["p99"] if at else None,
+        "void_points": sum(1 for p in points if p.get("fidelity", {}).get("void")),
+        "points": points,
+    }
+
+
+def _task_name(opts: Options, engine: str, label: str, k: int, index: int, total: int) -> str:
+    return f"{engine} {label} repeat {k + 1}/{opts.repeats} ({index + 1}/{total})"
+
+
 def search(
     scenarios: dict,
     opts: Options,
@@ -105,74 +178,30 @@ def search(
 ) -> dict:
     """Every (engine, fabric, repeat) bisected; the document `zlab capacity` writes as capacity.json.
     make_engine(name, scenario): a fresh engine per simulation (default engines.make_engine; the
-    CLI passes one that also builds the live emulation's)."""
-    from . import engines, metrics, model
+    CLI passes one that also builds the live emulation's).
 
-    make_engine = make_engine or engines.make_engine
+    opts.jobs > 1 runs the bisections in that many worker processes (_parallel); the document is the
+    same as with one job, its runs in the same order."""
+    from . import engines
 
-    series: list[dict] = []  # one per (engine, fabric, repeat)
+    tasks = [(engine, label, k) for engine in opts.engines for label in scenarios for k in range(opts.repeats)]
+    if opts.jobs < 1:
+        raise ValueError(f"jobs must be >= 1 (got {opts.jobs})")
+    if opts.jobs > 1 and any(e in engines.LIVE for e in opts.engines):
+        raise ValueError("a live engine shares one fabric and needs the CPU to itself: it runs with jobs=1")
+    if opts.jobs == 1:
+        series = [
+            bisection(scenarios[label], opts, engine, label, k, i, len(tasks), progress, make_engine)
+            for i, (engine, label, k) in enumerate(tasks)
+        ]
+    else:
+        series = _parallel(scenarios, opts, tasks, progress, make_engine)
     summaries: list[dict] = []  # one per engine
-    total = len(opts.engines) * len(scenarios) * opts.repeats
-    done = 0
     for engine in opts.engines:
         caps: dict[str, list[float]] = {}
-        for label, sc in scenarios.items():
-            for k in range(opts.repeats):
-                seed = opts.seed + k
-                points: list[dict] = []
-
-                def passes(
-                    rate: float, sc=sc, seed=seed, points=points, k=k, label=label, engine=engine, n=done
-                ) -> bool:
-                    n_req = requests_for(opts, rate, sc.n_gpus)
-                    reqs = sc.requests(rate, n_req, opts.start_index, seed)
-                    eng = make_engine(engine, sc)
-                    try:
-                        res = model.simulate(
-                            reqs, sc.deployment, sc.compute, sc.compute, eng, sc.flow_planner(seed), sc.scheduler
-                        )
-                    finally:  # an engine with a child process (ns3) or a live agent stops it now, also on failure
-                        if hasattr(eng, "close"):
-                            eng.close()
-                    m = metrics.summarise(res, sc.n_gpus, opts.slo_s)
-                    fid = eng.fidelity() if hasattr(eng, "fidelity") else None
-                    if fid is not None:  # a live engine: a point whose model fell behind the wall is void
-                        m["fidelity"] = fid
-                    m["rate_per_gpu"] = rate
-                    m["requests"] = n_req
-                    if k == 0:  # one repeat's occupancy over time is enough to look at
-                        m["occupancy_series"] = metrics.occupancy_series(res)
-                    points.append(m)
-                    if progress:
-                        progress(
-                            f"{engine} {label} repeat {k + 1}/{opts.repeats} ({n + 1}/{total}): "
-                            f"{rate:.4g} req/s/GPU, {n_req} requests: "
-                            f"{'meets' if m['meets_slo'] else 'misses'} the SLOs"
-                            + (
-                                f" (worst lag {fid['worst_lag_wall_ms']:.3g} ms wall{', VOID' if fid['void'] else ''})"
-                                if fid
-                                else ""
-                            )
-                        )
-                    return m["meets_slo"]
-
-                s = bisect(passes, opts.rate_min, opts.rate_max, opts.iterations)
-                at = next((p for p in points if p["rate_per_gpu"] == s.capacity), None)
-                caps.setdefault(label, []).append(s.capacity)
-                series.append(
-                    {
-                        "engine": engine,
-                        "fabric": label,
-                        "repeat": k,
-                        "seed": seed,
-                        "capacity_per_gpu_rps": s.capacity,
-                        "bound": s.bound,
-                        "ttft_p99_at_capacity_s": at["ttft_s"]["p99"] if at else None,
-                        "void_points": sum(1 for p in points if p.get("fidelity", {}).get("void")),
-                        "points": points,
-                    }
-                )
-                done += 1
+        for r in series:
+            if r["engine"] == engine:
+                caps.setdefault(r["fabric"], []).append(r["capacity_per_gpu_rps"])
         summary = summarise(caps, list(scenarios))
         summary["ttft_p99_at_capacity_s"] = {
             label: ci95([r["ttft_p99_at_capacity_s"] for r in series if r["engine"] == engine and r["fabric"] == label])
@@ -180,3 +209,79 @@ def search(
         }
         summaries.append({"engine": engine, **summary})
     return {"runs": series, "summaries": summaries}
+
+
+_worker_queue = None  # in a worker process: where its progress lines go (_init_worker)
+
+
+def _init_worker(queue) -> None:
+    """A worker's start: progress lines to the parent's queue; Ctrl-C is the parent's to handle (it
+    stops the workers), so a worker does not print a traceback of its own."""
+    import signal
+
+    global _worker_queue
+    _worker_queue = queue
+    signal.signal(signal.SIGINT, signal.SIG_IGN)
+
+
+def _worker_progress(line: str) -> None:
+    _worker_queue.put(line)
+
+
+def _task(sc, opts: Options, engine: str, label: str, k: int, index: int, total: int, make_engine, talk: bool):
+    return bisection(sc, opts, engine, label, k, index, total, _worker_progress if talk else None, make_engine)
+
+
+def _parallel(scenarios: dict, opts: Options, tasks: list, progress, make_engine) -> list[dict]:
+    """The bisections in opts.jobs worker processes, assembled in the tasks' order (the sequential one).
+
+    Why processes: a bisection is pure Python on one core (the GIL rules threads out), and the
+    bisections are independent: each task gets its scenario and options pickled, builds its engines
+    itself, and returns its run entry; its points are evaluated in the same order as in one process, so
+    the document does not depend on jobs. Each worker holds its own fabric model and engine (memory
+    grows with jobs). Why "spawn": a worker starts from a fresh interpreter, not a copy of the parent,
+    so it inherits no threads, locks or open pipes (an engine's child process, a progress thread) that
+    fork would copy in whatever state they were; the import it costs is small against a bisection.
+    Progress: each worker's lines come through a SimpleQueue (written synchronously, so a task's lines
+    are in the pipe before its result), and the parent prints one line per finished bisection."""
+    import multiprocessing
+    from concurrent.futures import FIRST_COMPLETED, ProcessPoolExecutor, wait
+
+    ctx = multiprocessing.get_context("spawn")
+    queue = ctx.SimpleQueue()
+
+    def drain() -> None:
+        while not queue.empty():
+            line = queue.get()
+            if progress:
+                progress(line)
+
+    total = len(tasks)
+    ex = ProcessPoolExecutor(min(opts.jobs, total), mp_context=ctx, initializer=_init_worker, initargs=(queue,))
+    try:
+        futures = {
+            ex.submit(_task, scenarios[label], opts, engine, label, k, i, total, make_engine, progress is not None): i
+            for i, (engine, label, k) in enumerate(tasks)
+        }
+        results: list[dict | None] = [None] * total
+        pending = set(futures)
+        while pending:
+            finished, pending = wait(pending, timeout=0.5, return_when=FIRST_COMPLETED)
+            drain()
+            for f in sorted(finished, key=futures.get):
+                i = futures[f]
+                r = results[i] = f.result()
+                if progress:
+                    engine, label, k = tasks[i]
+                    progress(
+                        f"{_task_name(opts, engine, label, k, i, total)} done: capacity "
+                        f"{r['capacity_per_gpu_rps']:.4g} req/s/GPU ({r['bound']}, {len(r['points'])} points)"
+                    )
+    except BaseException:  # a failed task or Ctrl-C: the others stop now, not when they finish
+        for proc in list((getattr(ex, "_processes", None) or {}).values()):
+            proc.terminate()
+        ex.shutdown(wait=True, cancel_futures=True)
+        raise
+    ex.shutdown(wait=True)
+    drain()
+    return results

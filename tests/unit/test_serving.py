@@ -210,6 +210,54 @@ def test_capacity_bad_input_exits_2_and_writes_nothing(tmp_path, capsys):
     assert not (tmp_path / "results").exists()
 
 
+def test_capacity_refuses_a_bad_jobs_count_in_one_line(monkeypatch, tmp_path, capsys):
+    """--jobs must be a whole number >= 1, and the live emulation (one fabric, the CPU to itself) runs
+    with one job: refused before anything is brought up or written, also without root."""
+    from testbed.cli import main
+
+    monkeypatch.setattr("os.geteuid", lambda: 1000)
+    res = ["--results", str(tmp_path / "results")]
+    cases = [
+        (["--jobs", "0"], "--jobs '0': give a whole number of worker processes >= 1"),
+        (["--jobs", "x"], "--jobs 'x': give a whole number"),
+        (["--jobs", "1.5"], "--jobs '1.5': give a whole number"),
+        (["--jobs", "2", "--network", "emulation"], "shares one live fabric"),
+    ]
+    for argv, text in cases:
+        assert main(["capacity", *argv, *res]) == 2, argv
+        err = capsys.readouterr().err.strip().splitlines()
+        assert len(err) == 1 and err[0].startswith("zlab: error: ") and text in err[0], (argv, err)
+    assert not (tmp_path / "results").exists()
+
+
+def test_a_search_in_two_worker_processes_writes_the_same_document():
+    """jobs=2 runs the bisections in worker processes; the document (every run, its points in order,
+    the summaries) equals the one-process search's, its runs in the same (fabric, repeat) order. The
+    repeats' points differ (their seeds draw other arrivals), so runs assembled out of order would fail."""
+    import dataclasses
+    import json
+
+    sp = especs.load(None, [])
+    scenarios = {label: setup.scenario(sp, label, "h100") for label in sp["fabrics"]}
+    w = sp["workload"]
+    opts = capacity.Options(
+        ("fixed-rate",), "h100", {"ttft": 2.0, "tpot": 0.2}, 0.02, 4.0, 2, 2, 30, w["start_index"], sp["seed"], 2.0
+    )
+    lines: dict[int, list[str]] = {1: [], 2: []}
+    docs = {
+        jobs: capacity.search(scenarios, dataclasses.replace(opts, jobs=jobs), lines[jobs].append) for jobs in (1, 2)
+    }
+    one, two = docs[1], docs[2]
+    assert [(r["fabric"], r["repeat"]) for r in two["runs"]] == [("zcube", 0), ("zcube", 1), ("roft", 0), ("roft", 1)]
+    assert one["runs"][0]["points"] != one["runs"][1]["points"]
+    assert json.dumps(two, sort_keys=True) == json.dumps(one, sort_keys=True)
+    assert not any("done:" in line for line in lines[1])  # one job: today's lines, unchanged
+    assert sorted(line for line in lines[2] if "done:" not in line) == sorted(lines[1])  # every point, from workers
+    assert sum("done: capacity" in line for line in lines[2]) == 4  # one per finished bisection
+    with pytest.raises(ValueError, match="live engine"):
+        capacity.search(scenarios, dataclasses.replace(opts, engines=("emulation",), jobs=2))
+
+
 def test_network_engines_by_name():
     from testbed.flowsim.engine import FlowEngine
     from testbed.serving import engines
@@ -228,11 +276,13 @@ def test_capacity_command_writes_a_self_describing_folder(tmp_path, capsys):
     from testbed.cli import main
 
     argv = ["capacity", "--repeats", "2", "--requests", "30", "--iterations", "3", "--json", "--no-progress"]
+    argv += ["--jobs", "2"]  # the command's parallel path; its document is the one-job one (test above)
     assert main([*argv, "--results", str(tmp_path)]) == 0
     out = json.loads(capsys.readouterr().out)
     folder = tmp_path / out["folder"].split("/")[-1]
     doc = json.loads((folder / "capacity.json").read_text())
     assert doc["schema"] == "zlab.capacity/1" and doc["settings"]["slo_s"] == {"ttft": 2.0, "tpot": 0.2}
+    assert doc["settings"]["jobs"] == 2
     assert {(r["fabric"], r["repeat"]) for r in doc["runs"]} == {(f, k) for f in ("zcube", "roft") for k in (0, 1)}
     for r in doc["runs"]:
         assert len(r["points"]) >= 2 and r["bound"] in ("found", "below-range", "at-least-max")

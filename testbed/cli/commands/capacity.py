@@ -31,6 +31,17 @@ def _slos(items: list[str] | None) -> dict[str, float]:
     return slo
 
 
+def _jobs(value: str) -> int:
+    """--jobs as given (a string, so that a bad value is one line and exit 2, not argparse's usage)."""
+    try:
+        jobs = int(value)
+    except ValueError:
+        jobs = 0
+    if jobs < 1:
+        raise UserInputError(f"--jobs {value!r}: give a whole number of worker processes >= 1")
+    return jobs
+
+
 def _prepare(args):
     """Everything checked before anything runs or is written: spec, SLOs, load range, presets, engines."""
     from ...experiment import spec as especs
@@ -44,6 +55,7 @@ def _prepare(args):
         )
     if args.iterations < 1 or (args.repeats is not None and args.repeats < 1):
         raise UserInputError("--iterations and --repeats must be >= 1")
+    jobs = _jobs(args.jobs)
     scenarios = {}
     for label in spec["fabrics"]:
         try:
@@ -51,6 +63,10 @@ def _prepare(args):
         except (ValueError, UserInputError) as exc:
             raise UserInputError(f"fabrics.{label}: {exc}") from None
     names = tuple(dict.fromkeys(args.network or ["fixed-rate"]))
+    if jobs > 1 and any(n in engines.LIVE for n in names):
+        raise UserInputError(
+            "--jobs: --network emulation shares one live fabric and needs the CPU to itself: run it with --jobs 1"
+        )
     if any(n in engines.LIVE for n in names) and os.geteuid() != 0:
         raise UserInputError("--network emulation brings up the emulated fabric: run as root (sudo)")
     for engine in names:
@@ -87,6 +103,7 @@ def _prepare(args):
         w["start_index"],
         spec["seed"],
         args.window_slos,
+        jobs,
     )
     return spec, scenarios, opts
 
@@ -227,5 +244,13 @@ def register(sub) -> None:
         default=20.0,
         help="each load's arrivals span at least this many TTFT SLOs, so that a load above capacity by more "
         "than 1/(0.9 x this) fails (default 20: 5.6 %%); past the trace's end its rows are reused in order",
+    )
+    p.add_argument(
+        "--jobs",
+        default="1",
+        metavar="N",
+        help="run the (engine, fabric, repeat) bisections in N worker processes (default 1: in this "
+        "process); each worker holds its own fabric model and engine, so memory grows with N; the results "
+        "are the same as with 1; not with --network emulation",
     )
     p.set_defaults(func=run)
