@@ -368,3 +368,71 @@ def test_a_window_of_slos_fails_a_load_a_short_burst_passes():
         return metrics.summarise(res, sc.n_gpus, slo)["meets_slo"]
 
     assert meets(150) and not meets(capacity.requests_for(opts, 3.0, sc.n_gpus))
+
+
+class FlakyLiveEngine(FixedRateEngine):
+    """A fixed-rate engine that reports a live engine's fidelity: the first `void_first` simulations
+    (counted over the whole search) fell behind the wall clock, the rest did not."""
+
+    calls = 0
+    void_first = 0
+
+    def fidelity(self) -> dict:
+        FlakyLiveEngine.calls += 1
+        void = FlakyLiveEngine.calls <= FlakyLiveEngine.void_first
+        return {"worst_lag_wall_ms": 22.0 if void else 1.0, "max_lag_wall_ms": 10.0, "void": void, "transfers": 1}
+
+
+def _flaky(name, sc):
+    return FlakyLiveEngine(sc.port_rates_bps())
+
+
+def _retake_search(retakes: int, void_first: int) -> dict:
+    import dataclasses
+
+    sp = especs.load(None, [])
+    scenarios = {label: setup.scenario(sp, label, "h100") for label in sp["fabrics"]}
+    w = sp["workload"]
+    opts = capacity.Options(
+        ("fixed-rate",), "h100", {"ttft": 2.0, "tpot": 0.2}, 0.02, 4.0, 2, 1, 30, w["start_index"], sp["seed"], 2.0
+    )
+    FlakyLiveEngine.calls, FlakyLiveEngine.void_first = 0, void_first
+    return capacity.search(scenarios, dataclasses.replace(opts, retakes=retakes), None, _flaky)
+
+
+def test_a_void_point_is_retaken_with_the_same_seed_and_says_so():
+    """The first two simulations are void: with two retakes the first point is simulated three times,
+    keeps the valid third's verdict and metrics (the same seed: the same as a search with no void at
+    all), and records both void attempts; the search is valid."""
+    clean, retaken = _retake_search(2, 0), _retake_search(2, 2)
+    first = retaken["runs"][0]["points"][0]
+    assert [f["worst_lag_wall_ms"] for f in first["fidelity"]["retaken"]] == [22.0, 22.0]
+    assert not first["fidelity"]["void"]
+    assert retaken["runs"][0]["retaken_points"] == 1 and retaken["runs"][0]["void_points"] == 0
+    strip = [{k: v for k, v in p.items() if k != "fidelity"} for r in retaken["runs"] for p in r["points"]]
+    assert strip == [{k: v for k, v in p.items() if k != "fidelity"} for r in clean["runs"] for p in r["points"]]
+    assert all(s["valid"] and s["void_points"] == 0 for s in retaken["summaries"])
+
+
+def test_a_point_still_void_after_the_retakes_fails_the_search_closed():
+    doc = _retake_search(1, 2)  # two void simulations, one retake: the first point stays void
+    run = doc["runs"][0]
+    assert run["void_points"] == 1 and run["points"][0]["fidelity"]["void"]
+    assert len(run["points"][0]["fidelity"]["retaken"]) == 1
+    assert doc["summaries"][0]["void_points"] == 1 and not doc["summaries"][0]["valid"]
+
+
+def test_capacity_with_a_void_point_writes_its_folder_and_exits_3(monkeypatch, tmp_path, capsys):
+    """Fail closed at the command: the document is written (nothing lost), the run says INVALID in one
+    line on stderr and exits 3, as `zlab run` does for an invalid fabric."""
+    from testbed.cli import main
+
+    FlakyLiveEngine.calls, FlakyLiveEngine.void_first = 0, 10**6  # every simulation void
+    monkeypatch.setattr("testbed.serving.engines.make_engine", _flaky)
+    args = ["capacity", "--results", str(tmp_path), "--repeats", "1", "--iterations", "1", "--no-progress"]
+    rc = main([*args, "--requests", "20", "--window-slos", "1", "--retakes", "0"])
+    err = [line for line in capsys.readouterr().err.splitlines() if line.startswith("INVALID")]
+    assert rc == 3 and len(err) == 1 and "void after 0 retake" in err[0]
+    (folder,) = tmp_path.iterdir()
+    assert (folder / "capacity.json").exists()
+    assert main([*args, "--retakes", "-1"]) == 2

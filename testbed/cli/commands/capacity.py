@@ -55,6 +55,8 @@ def _prepare(args):
         )
     if args.iterations < 1 or (args.repeats is not None and args.repeats < 1):
         raise UserInputError("--iterations and --repeats must be >= 1")
+    if args.retakes < 0:
+        raise UserInputError(f"--retakes {args.retakes}: give a whole number >= 0")
     jobs = _jobs(args.jobs)
     scenarios = {}
     for label in spec["fabrics"]:
@@ -104,6 +106,7 @@ def _prepare(args):
         spec["seed"],
         args.window_slos,
         jobs,
+        args.retakes,
     )
     return spec, scenarios, opts
 
@@ -166,7 +169,7 @@ def run(args) -> int:
     figures = plots.write(doc, folder)
     if args.json:
         print_json({"folder": str(folder), "summaries": doc["summaries"], "figures": figures})
-        return 0
+        return _exit_code(doc, opts)
     rows = []
     for s in doc["summaries"]:
         for label, c in s["capacity_per_gpu_rps"].items():
@@ -202,7 +205,20 @@ def run(args) -> int:
         f"{capacity.overload_resolution(opts):.1%}"
     )
     print(f"[zlab] wrote {folder}")
-    return 0
+    return _exit_code(doc, opts)
+
+
+def _exit_code(doc: dict, opts) -> int:
+    """0, or 3 (as `zlab run` for an INVALID fabric) when an engine kept void points after the retakes."""
+    void = [s for s in doc["summaries"] if not s["valid"]]
+    for s in void:
+        print(
+            f"INVALID {s['engine']}: {s['void_points']} point(s) stayed void after {opts.retakes} retake(s) (the "
+            "model fell behind the wall clock, so a verdict may be the host's, not the fabric's): give the run the "
+            "CPU to itself, raise --retakes, or lower emulation.rate_scale",
+            file=sys.stderr,
+        )
+    return 3 if void else 0
 
 
 def register(sub) -> None:
@@ -244,6 +260,13 @@ def register(sub) -> None:
         default=20.0,
         help="each load's arrivals span at least this many TTFT SLOs, so that a load above capacity by more "
         "than 1/(0.9 x this) fails (default 20: 5.6 %%); past the trace's end its rows are reused in order",
+    )
+    p.add_argument(
+        "--retakes",
+        type=int,
+        default=2,
+        help="--network emulation: simulate a void point (its model fell behind the wall clock) again with the "
+        "same seed, up to this many times (default 2); a point still void makes the run INVALID (exit 3)",
     )
     p.add_argument(
         "--jobs",
