@@ -16,32 +16,42 @@ from .runtable import HEADLINE, draws_table, run_table
 
 ZLAB = ".venv/bin/zlab"
 PY = ".venv/bin/python"
-# docs/serving-capacity.md's emulation example: a pattern the network binds (25 Gb/s per GPU, rank-shifted
-# KV, a 0.3 s TTFT SLO) and a short window, so that the emulation's wall time stays in minutes
-EMU_CAPACITY_ARGS = (
-    "--set",
-    "workload.model=llama3-8b",
-    "--set",
-    "deployment.mapping=rank-shifted",
-    "--set",
-    "fabrics.roft=roft:gpus=16,gpus_per_server=4,segments=2,gpu_gbps=25",
-    "--set",
-    "fabrics.zcube=zcube:n=4,gpus_per_server=4,gpu_gbps=25",
-    "--slo",
-    "ttft=0.3",
-    "--requests",
-    "30",
-    "--window-slos",
-    "2",
-    "--repeats",
-    "3",
-    "--iterations",
-    "3",
-    "--rate-min",
-    "1",
-    "--rate-max",
-    "9",
-)
+# docs/serving-capacity.md's emulation examples, tests/root/test_serving_capacity_e2e.py's two cases: a
+# pattern the network binds (25 Gb/s per GPU, rank-shifted KV across ROFT's spines, a 1 s TTFT SLO) and a
+# control where compute binds (100 Gb/s per GPU, 0.3 s); short windows keep the wall time in minutes
+
+
+def emu_capacity_args(gbps: int, ttft: str, rate_min: str, rate_max: str, iterations: str, repeats: str) -> tuple:
+    return (
+        "--set",
+        "workload.model=llama3-8b",
+        "--set",
+        "deployment.mapping=rank-shifted",
+        "--set",
+        f"fabrics.roft=roft:gpus=16,gpus_per_server=4,segments=2,gpu_gbps={gbps}",
+        "--set",
+        f"fabrics.zcube=zcube:n=4,gpus_per_server=4,gpu_gbps={gbps}",
+        "--set",
+        "emulation.rate_scale=1e-4",
+        "--slo",
+        f"ttft={ttft}",
+        "--requests",
+        "30",
+        "--window-slos",
+        "2",
+        "--repeats",
+        repeats,
+        "--iterations",
+        iterations,
+        "--rate-min",
+        rate_min,
+        "--rate-max",
+        rate_max,
+    )
+
+
+EMU_CAPACITY_ARGS = emu_capacity_args(25, "1", "2", "9", "2", "5")
+EMU_CONTROL_ARGS = emu_capacity_args(100, "0.3", "1", "17", "3", "3")
 LAYOUT_SPECS = [
     "zcube:n=32,gpus_per_server=8",
     "roft:gpus=1024,gpus_per_server=8,radix=64,tiers=2",
@@ -251,6 +261,24 @@ FIGURES = {
                 "--no-progress",
                 "--results",
                 "/tmp/zlab-docs-capemu",
+            ),
+            root=True,
+            timeout_s=3600,
+        ),
+        Figure(
+            "serving-capacity-emulation-control",
+            "the control: the same fabrics at 100 Gb/s per GPU and a 0.3 s TTFT SLO, where compute binds",
+            (
+                ZLAB,
+                "capacity",
+                "--network",
+                "emulation",
+                "--network",
+                "flow",
+                *EMU_CONTROL_ARGS,
+                "--no-progress",
+                "--results",
+                "/tmp/zlab-docs-capemu-control",
             ),
             root=True,
             timeout_s=3600,
