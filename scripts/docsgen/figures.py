@@ -248,6 +248,13 @@ FIGURES = {
             timeout_s=3000,
         ),
         Figure(
+            "capacity-1024-jobs",
+            "zlab capacity's search at 1,024 GPUs, both fabrics, in two worker processes: wall time, peak memory, capacities",
+            (PY, "scripts/bench/capacity_1024.py", "--jobs", "2"),
+            heavy=True,
+            timeout_s=1500,
+        ),
+        Figure(
             "serving-capacity-emulation",
             "capacity on the live emulated fabric beside the flow engine, 16 GPUs at 25 Gb/s per GPU, the docs example (its wall time is the benchmark)",
             (
