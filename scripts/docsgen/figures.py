@@ -237,6 +237,28 @@ FIGURES = {
             heavy=True,
             timeout_s=3000,
         ),
+        *(
+            Figure(
+                f"serving-article-1024-{trace}",
+                f"the article's 1,024-GPU experiment: ROFT against ZCube, Azure {trace} trace, flow engine, 2 repeats",
+                (
+                    PY,
+                    "scripts/bench/article_serving.py",
+                    "1024gpu",
+                    "--trace",
+                    trace,
+                    "--repeats",
+                    "2",
+                    "--jobs",
+                    "2",
+                    "--results",
+                    "/tmp/zlab-docs-article1024",
+                ),
+                heavy=True,
+                timeout_s=3000,
+            )
+            for trace in ("code", "conversation")
+        ),
         Figure(
             "serving-capacity-emulation",
             "capacity on the live emulated fabric beside the flow engine, 16 GPUs at 25 Gb/s per GPU, the docs example (its wall time is the benchmark)",
