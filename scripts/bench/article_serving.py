@@ -126,6 +126,9 @@ def report(runs: dict[str, dict], engine: str, experiment: str) -> list[str]:
     for label, run in runs.items():
         z, r = (values(run, engine, f, "capacity_per_gpu_rps") for f in ("zcube", "roft"))
         lines.append(f"{label}: capacity ZCube vs ROFT {pct(gain(z, r))} (paired by repeat)")
+        if experiment == "1024gpu":  # the article's second figure: TTFT P99, each fabric at its own capacity
+            z, r = (values(run, engine, f, "ttft_p99_at_capacity_s") for f in ("zcube", "roft"))
+            lines.append(f"{label}: TTFT P99 at capacity ZCube vs ROFT {pct(gain(z, r))} (paired by repeat)")
     if experiment == "32gpu":
         for fab in ("zcube", "roft"):
             new = values(runs["200 Gb/s"], engine, fab, "capacity_per_gpu_rps")
