@@ -1,7 +1,7 @@
 """The article's serving experiments on zlab's closed-loop model, beside the article's figures.
 
-    .venv/bin/python scripts/bench/article_serving.py 32gpu [--repeats 5] [--network flow]
-    .venv/bin/python scripts/bench/article_serving.py 1024gpu [--repeats 3] [--trace code|conversation]
+    .venv/bin/python scripts/bench/article_serving.py 32gpu [--repeats 5] [--network flow] [--jobs N]
+    .venv/bin/python scripts/bench/article_serving.py 1024gpu [--repeats 3] [--trace code|conversation] [--jobs N]
 
 32gpu: a 32-GPU service at 100 and at 200 Gb/s per GPU (`gpu_gbps`, the NIC, not the rate scale),
 on both fabrics; the article reports about +19 % throughput and -22 % TTFT from the faster NIC.
@@ -12,7 +12,10 @@ Why a script around `zlab capacity` and not a new command: each experiment is a 
 `zlab capacity` runs whose folders stay as they are (self-describing, in --results); this only
 pairs their repeats (same seed per repeat index in every run) into gains with 95 % intervals, and
 prints the curves of repeat 0 (offered load -> served requests/s/GPU, TTFT P99) so the docs can
-show them. The published figures are quoted from the article with their context; what is and is
+show them. --jobs N is passed to every `zlab capacity` run (its (engine, fabric, repeat) bisections in N
+worker processes; the same results as with 1). `zlab capacity` runs as `python -m testbed.cli` under
+this interpreter with this checkout first on PYTHONPATH, so the script works from any checkout.
+The published figures are quoted from the article with their context; what is and is
 not comparable is in docs/serving-capacity.md.
 """
 
@@ -20,6 +23,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
 import subprocess
 import sys
 import time
@@ -30,7 +34,7 @@ sys.path.insert(0, str(ROOT))
 
 from testbed.measure.stats import ci95  # noqa: E402
 
-ZLAB = str(ROOT / ".venv" / "bin" / "zlab")
+ZLAB = [sys.executable, "-m", "testbed.cli"]  # `zlab`, from this checkout (a worktree has no .venv of its own)
 SERVING = ("--set", "deployment.tp=8", "--set", "workload.model=glm-4.5")  # the article's 32-GPU service: GLM at tp=8
 TRACES = {"code": "azure-code", "conversation": "azure-conv"}
 PUBLISHED = {
@@ -62,9 +66,10 @@ FABRICS_1024 = (  # the spec's instance counts do not grow with the fabric: 64 P
 
 def capacity(args: list[str], results: str) -> dict:
     """One `zlab capacity` run; its capacity.json (the run folder is kept in `results`)."""
-    cmd = [ZLAB, "capacity", "--json", "--no-progress", "--results", results, *args]
+    cmd = [*ZLAB, "capacity", "--json", "--no-progress", "--results", results, *args]
     print("$ " + " ".join(cmd), file=sys.stderr, flush=True)
-    out = subprocess.run(cmd, check=True, capture_output=True, text=True).stdout
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join(filter(None, (str(ROOT), os.environ.get("PYTHONPATH"))))}
+    out = subprocess.run(cmd, check=True, capture_output=True, text=True, env=env).stdout
     return json.loads((Path(json.loads(out)["folder"]) / "capacity.json").read_text())
 
 
@@ -121,6 +126,9 @@ def report(runs: dict[str, dict], engine: str, experiment: str) -> list[str]:
     for label, run in runs.items():
         z, r = (values(run, engine, f, "capacity_per_gpu_rps") for f in ("zcube", "roft"))
         lines.append(f"{label}: capacity ZCube vs ROFT {pct(gain(z, r))} (paired by repeat)")
+        if experiment == "1024gpu":  # the article's second figure: TTFT P99, each fabric at its own capacity
+            z, r = (values(run, engine, f, "ttft_p99_at_capacity_s") for f in ("zcube", "roft"))
+            lines.append(f"{label}: TTFT P99 at capacity ZCube vs ROFT {pct(gain(z, r))} (paired by repeat)")
     if experiment == "32gpu":
         for fab in ("zcube", "roft"):
             new = values(runs["200 Gb/s"], engine, fab, "capacity_per_gpu_rps")
@@ -153,11 +161,20 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--network", default="flow", choices=("flow", "fixed-rate", "ns3"), help="engine (default flow)")
     ap.add_argument("--trace", default="code", choices=tuple(TRACES), help="1024gpu only: Azure trace (default code)")
     ap.add_argument("--results", default=str(ROOT / "results"), help="where the capacity run folders go")
+    ap.add_argument(
+        "--jobs",
+        type=int,
+        default=1,
+        metavar="N",
+        help="passed to each `zlab capacity --jobs N`: its bisections in N worker processes (default 1)",
+    )
     a = ap.parse_args(argv)
     if a.repeats < 2:
         ap.error("--repeats must be at least 2 (an interval needs two draws)")
+    if a.jobs < 1:
+        ap.error("--jobs must be at least 1")
     t0 = time.monotonic()
-    common = [*SERVING, "--network", a.network, "--repeats", str(a.repeats)]
+    common = [*SERVING, "--network", a.network, "--repeats", str(a.repeats), "--jobs", str(a.jobs)]
     if a.experiment == "32gpu":
         runs = {f"{g} Gb/s": capacity([*common, *fabrics_32(g)], a.results) for g in (100, 200)}
     else:

@@ -247,6 +247,28 @@ FIGURES = {
             heavy=True,
             timeout_s=3000,
         ),
+        *(
+            Figure(
+                f"serving-article-1024-{trace}",
+                f"the article's 1,024-GPU experiment: ROFT against ZCube, Azure {trace} trace, flow engine, 2 repeats",
+                (
+                    PY,
+                    "scripts/bench/article_serving.py",
+                    "1024gpu",
+                    "--trace",
+                    trace,
+                    "--repeats",
+                    "2",
+                    "--jobs",
+                    "2",
+                    "--results",
+                    "/tmp/zlab-docs-article1024",
+                ),
+                heavy=True,
+                timeout_s=3000,
+            )
+            for trace in ("code", "conversation")
+        ),
         Figure(
             "capacity-1024-jobs",
             "zlab capacity's search at 1,024 GPUs, both fabrics, in two worker processes: wall time, peak memory, capacities",
