@@ -210,8 +210,8 @@ def test_capacity_bad_input_exits_2_and_writes_nothing(tmp_path, capsys):
     assert not (tmp_path / "results").exists()
 
 
-def test_capacity_refuses_a_bad_jobs_count_in_one_line(monkeypatch, tmp_path, capsys):
-    """--jobs must be a whole number >= 1, and the live emulation (one fabric, the CPU to itself) runs
+def test_capacity_refuses_a_bad_jobs_or_retakes_count_in_one_line(monkeypatch, tmp_path, capsys):
+    """--jobs must be a whole number >= 1 (--retakes >= 0), and the live emulation (one fabric, the CPU to itself) runs
     with one job: refused before anything is brought up or written, also without root."""
     from testbed.cli import main
 
@@ -222,6 +222,8 @@ def test_capacity_refuses_a_bad_jobs_count_in_one_line(monkeypatch, tmp_path, ca
         (["--jobs", "x"], "--jobs 'x': give a whole number"),
         (["--jobs", "1.5"], "--jobs '1.5': give a whole number"),
         (["--jobs", "2", "--network", "emulation"], "shares one live fabric"),
+        (["--retakes", "-1"], "--retakes '-1': give a whole number of retakes >= 0"),
+        (["--retakes", "x"], "--retakes 'x': give a whole number"),
     ]
     for argv, text in cases:
         assert main(["capacity", *argv, *res]) == 2, argv
@@ -435,4 +437,3 @@ def test_capacity_with_a_void_point_writes_its_folder_and_exits_3(monkeypatch, t
     assert rc == 3 and len(err) == 1 and "void after 0 retake" in err[0]
     (folder,) = tmp_path.iterdir()
     assert (folder / "capacity.json").exists()
-    assert main([*args, "--retakes", "-1"]) == 2

@@ -31,15 +31,15 @@ def _slos(items: list[str] | None) -> dict[str, float]:
     return slo
 
 
-def _jobs(value: str) -> int:
-    """--jobs as given (a string, so that a bad value is one line and exit 2, not argparse's usage)."""
+def _whole(flag: str, value: str, least: int, what: str) -> int:
+    """A count flag as given (a string, so that a bad value is one line and exit 2, not argparse's usage)."""
     try:
-        jobs = int(value)
+        n = int(value)
     except ValueError:
-        jobs = 0
-    if jobs < 1:
-        raise UserInputError(f"--jobs {value!r}: give a whole number of worker processes >= 1")
-    return jobs
+        n = least - 1
+    if n < least:
+        raise UserInputError(f"{flag} {value!r}: give a whole number of {what} >= {least}")
+    return n
 
 
 def _prepare(args):
@@ -55,9 +55,8 @@ def _prepare(args):
         )
     if args.iterations < 1 or (args.repeats is not None and args.repeats < 1):
         raise UserInputError("--iterations and --repeats must be >= 1")
-    if args.retakes < 0:
-        raise UserInputError(f"--retakes {args.retakes}: give a whole number >= 0")
-    jobs = _jobs(args.jobs)
+    jobs = _whole("--jobs", args.jobs, 1, "worker processes")
+    retakes = _whole("--retakes", args.retakes, 0, "retakes")
     scenarios = {}
     for label in spec["fabrics"]:
         try:
@@ -106,7 +105,7 @@ def _prepare(args):
         spec["seed"],
         args.window_slos,
         jobs,
-        args.retakes,
+        retakes,
     )
     return spec, scenarios, opts
 
@@ -263,8 +262,8 @@ def register(sub) -> None:
     )
     p.add_argument(
         "--retakes",
-        type=int,
-        default=2,
+        default="2",
+        metavar="N",
         help="--network emulation: simulate a void point (its model fell behind the wall clock) again with the "
         "same seed, up to this many times (default 2); a point still void makes the run INVALID (exit 3)",
     )
