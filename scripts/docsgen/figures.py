@@ -50,6 +50,22 @@ def emu_capacity_args(gbps: int, ttft: str, rate_min: str, rate_max: str, iterat
     )
 
 
+def emu_capacity_command(args: tuple, results: str) -> tuple:
+    """`zlab capacity` on the emulation and the flow engine with one example's arguments."""
+    return (
+        ZLAB,
+        "capacity",
+        "--network",
+        "emulation",
+        "--network",
+        "flow",
+        *args,
+        "--no-progress",
+        "--results",
+        results,
+    )
+
+
 EMU_CAPACITY_ARGS = emu_capacity_args(25, "1", "2", "9", "2", "5")
 EMU_CONTROL_ARGS = emu_capacity_args(100, "0.3", "1", "17", "3", "3")
 LAYOUT_SPECS = [
@@ -279,36 +295,14 @@ FIGURES = {
         Figure(
             "serving-capacity-emulation",
             "capacity on the live emulated fabric beside the flow engine, 16 GPUs at 25 Gb/s per GPU, the docs example (its wall time is the benchmark)",
-            (
-                ZLAB,
-                "capacity",
-                "--network",
-                "emulation",
-                "--network",
-                "flow",
-                *EMU_CAPACITY_ARGS,
-                "--no-progress",
-                "--results",
-                "/tmp/zlab-docs-capemu",
-            ),
+            emu_capacity_command(EMU_CAPACITY_ARGS, "/tmp/zlab-docs-capemu"),
             root=True,
             timeout_s=3600,
         ),
         Figure(
             "serving-capacity-emulation-control",
             "the control: the same fabrics at 100 Gb/s per GPU and a 0.3 s TTFT SLO, where compute binds",
-            (
-                ZLAB,
-                "capacity",
-                "--network",
-                "emulation",
-                "--network",
-                "flow",
-                *EMU_CONTROL_ARGS,
-                "--no-progress",
-                "--results",
-                "/tmp/zlab-docs-capemu-control",
-            ),
+            emu_capacity_command(EMU_CONTROL_ARGS, "/tmp/zlab-docs-capemu-control"),
             root=True,
             timeout_s=3600,
         ),
