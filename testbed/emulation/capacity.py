@@ -16,15 +16,16 @@ import time
 
 from traffic.agent import Agent
 
+from ..fabric import build_fabric
 from ..lab import state
 from .agents import port_spec
-from .config import EmulationConfig
+from .config import CAPACITY_SPEC, EmulationConfig
 from .probes import LiveRun
 from .up import LiveFabric
 
 # The default experiment's fabric size (8 bridges, 48 ports): ovs-vswitchd's cost per frame grows with the
 # ports it polls — measured, a ZCube(2,2) probe (4 bridges) claimed ~1.4x what a ZCube(4,2) replay got.
-SPEC = "zcube:n=4,gpus_per_server=4"
+SPEC = CAPACITY_SPEC
 PAIRS = [(f"g{i}-p0", f"g{i + 5}-p1") for i in range(8)]  # cons -> rail, 2 hops, every A-B link used once
 
 
@@ -108,6 +109,8 @@ def measure(
         retransmits = sum(c.req.c.retransmits for c in agent.conns)
         agent.close()
     forwards = 2 * frames
+    fab = build_fabric(SPEC)
+    switch_ports = len(fab.ports) - fab.n_gpus * fab.ports_per_gpu
     record = {
         "forwards_per_core_s": forwards / max(ovs_cpu, 1e-9),
         "forwards_per_s": forwards / wall,
@@ -121,5 +124,7 @@ def measure(
         "datapath": lf.em.datapath if lf.em else state.datapath(),
         "measured": dt.datetime.now().isoformat(timespec="seconds"),
         "method": f"{SPEC}, {len(PAIRS)} QPs of 4 KB frames, 2 switch forwards per frame",
+        # the planner scales the figure by the ports a larger fabric makes ovs-vswitchd poll
+        "switch_ports": switch_ports,
     }
     return record

@@ -13,6 +13,9 @@ from ..errors import RuntimeFailure, UserInputError
 
 MAX_LINK_MBPS = 1000.0  # above this Mininet ignores bw, and one OVS userspace thread cannot keep up
 ETH_OVERHEAD_BYTES = 14
+# The fabric `zlab doctor --capacity` measures on (emulation/capacity.py); the planner scales its figure
+# by the switch ports a larger fabric makes ovs-vswitchd poll (experiment/planner.py).
+CAPACITY_SPEC = "zcube:n=4,gpus_per_server=4"
 
 
 class EmulationError(UserInputError):

@@ -10,10 +10,19 @@ Why (docs/experiments.md "Scaling planner"; the arithmetic is the design note's)
   * dilation = size_scale / rate_scale: emulated seconds per real second, hence wall time.
 The figures of a resolved experiment are linear in rate_scale (packet rates) at a fixed frame
 size, so the planner needs no second resolution to predict them.
+
+Why the capacity shrinks with the fabric: the userspace datapath's main thread polls every switch
+port on every wake-up (about 5 µs a port here), so a frame that wakes it costs in proportion to the
+ports polled. The capacity is measured on ZCube(4,2)'s 64 switch ports; a fabric with P ports gets
+that figure x 64 / P (never more than measured). Measured on ZCube(16,2), 1,024 ports: ~700
+forwards per core-second in a replay, against 239 predicted from this machine's 4 Mb/s point and
+3,828 unscaled (docs/emulation.md): conservative by about 3x (a replay batches a few frames per
+wake-up, the capacity probe's 8 slow QPs about one), where the unscaled figure overrated it 5x.
 """
 
 from __future__ import annotations
 
+import functools
 import json
 import math
 from dataclasses import asdict, dataclass
@@ -21,7 +30,9 @@ from pathlib import Path
 
 import numpy as np
 
+from ..emulation.config import CAPACITY_SPEC
 from ..errors import UserInputError
+from ..fabric import build_fabric
 from ..lab import state
 
 HEADROOM = 0.7  # of one core for ovs-vswitchd: bursts and the agents need the rest
@@ -79,6 +90,7 @@ class Curve:
     agent: tuple
     flat_forwards: float
     flat_agent: float
+    switch_ports: int = 0  # of the fabric the capacity was measured on; 0: the capacity probe's
 
     @classmethod
     def load(cls) -> Curve:
@@ -91,7 +103,14 @@ class Curve:
             tuple(p["agent_frames_per_core_s"] for p in pts),
             flat,
             float(rec.get("agent_frames_per_core_s") or UNMEASURED_AGENT_CAPACITY),
+            int(rec.get("switch_ports") or 0),
         )
+
+    def port_factor(self, switch_ports: int) -> float:
+        """The capacity's share left when ovs-vswitchd polls switch_ports instead of the measured
+        fabric's ports on every wake-up (the module docstring); 1 at or below the measured size."""
+        ref = self.switch_ports or capacity_probe_switch_ports()
+        return min(1.0, ref / switch_ports) if switch_ports else 1.0
 
     def at(self, link_rate_mbps: float) -> tuple[float, float]:
         """Interpolated in log(rate), clamped at the curve's ends; the flat figures without a curve."""
@@ -105,11 +124,20 @@ def capacity_at(link_rate_mbps: float) -> tuple[float, float]:
     return Curve.load().at(link_rate_mbps)
 
 
+@functools.lru_cache(maxsize=1)
+def capacity_probe_switch_ports() -> int:
+    """Switch ports of the capacity probe's fabric, computed from its spec (64 for ZCube(4,2))."""
+    fab = build_fabric(CAPACITY_SPEC)
+    return len(fab.ports) - fab.n_gpus * fab.ports_per_gpu
+
+
 def shares(figures: dict, g: float = 1.0, curve: Curve | None = None) -> tuple[float, float, float]:
     """(ovs-vswitchd cores, agent cores, capacity used) of one fabric's planned peak with its
     rate_scale multiplied by g: packet rates grow by g, and the link rate too, which moves the
-    capacity along the measured curve."""
-    cap, agent_cap = (curve or Curve.load()).at(min(figures["link_rates_mbps"]) * g)
+    capacity along the measured curve; the capacity is scaled by the switch ports polled."""
+    curve = curve or Curve.load()
+    cap, agent_cap = curve.at(min(figures["link_rates_mbps"]) * g)
+    cap *= curve.port_factor(int(figures.get("switch_ports") or 0))
     ovs = figures["peak_switch_forwards_per_s"] * g / cap
     agent = AGENT_OPS_PER_NIC_FRAME * figures["peak_nic_frames_per_s"] * g / agent_cap
     return ovs, agent, cap
@@ -186,6 +214,13 @@ def assess(exp, preset: str = "as given") -> Choice:
         notes.append(
             f"capacity not measured on this machine: assumed {UNMEASURED_CAPACITY:,.0f} forwards per "
             "core-second (run `zlab doctor --capacity`)"
+        )
+    ports = int(busiest.figures.get("switch_ports") or 0)
+    if curve.port_factor(ports) < 1.0:
+        ref = curve.switch_ports or capacity_probe_switch_ports()
+        notes.append(
+            f"capacity scaled by the switch ports ovs-vswitchd polls on every wake-up: measured on {ref}, "
+            f"this fabric has {ports:,} ({cap:,.0f} forwards/core-s instead of {cap * ports / ref:,.0f})"
         )
     grow = rate_limit_factor(exp)
     if grow < 0.99:

@@ -152,3 +152,33 @@ def test_the_shipped_referee_evidence_reaches_the_assessment(capacity):
     exp = resolve(especs.load(None, []))
     notes = planner.assess(exp).notes
     assert any(n.startswith("ns-3 at real rates and sizes") for n in notes), notes
+
+
+def test_capacity_shrinks_with_the_switch_ports_ovs_polls(capacity, tmp_path):
+    """ovs-vswitchd's userspace main thread polls every switch port on each wake-up, so the capacity
+    measured on the probe's fabric (ZCube(4,2): 64 switch ports) is scaled by 64 / ports, by hand."""
+    capacity(3828.0)
+    assert planner.capacity_probe_switch_ports() == 96 - 32  # 48 links, two ends each, minus 32 GPU ports
+    fig = {"link_rates_mbps": [2.5], "peak_switch_forwards_per_s": 163.0, "peak_nic_frames_per_s": 0.0}
+    small = planner.shares({**fig, "switch_ports": 48})  # a smaller fabric is never credited more
+    assert small[2] == pytest.approx(3828.0)
+    big = planner.shares({**fig, "switch_ports": 1024})  # ZCube(16,2)
+    assert big[2] == pytest.approx(3828.0 * 64 / 1024)  # 239.25 forwards per core-second
+    assert big[0] == pytest.approx(163.0 / 239.25)
+    # a record that says what it was measured on wins over the probe's spec
+    (tmp_path / "capacity.json").write_text(json.dumps({"forwards_per_core_s": 3828.0, "switch_ports": 128}))
+    assert planner.shares({**fig, "switch_ports": 1024})[2] == pytest.approx(3828.0 * 128 / 1024)
+
+
+def test_a_large_fabric_gets_its_default_rate_lowered_and_the_reason_said(capacity):
+    capacity(3828.0)
+    base = ["workload.requests=10", "repeats=1", "fabrics={z16: 'zcube:n=16'}"]
+    exp = resolve(especs.load(None, base))
+    fig = exp.fabrics["z16"].figures
+    assert fig["switch_ports"] == 1024
+    c = planner.assess(exp)
+    assert c.capacity_forwards_per_core_s == pytest.approx(3828.0 * 64 / 1024)
+    assert any("switch ports ovs-vswitchd polls" in n and "1,024" in n for n in c.notes)
+    # the default rate is lowered so that the peak fits 70 % of the scaled capacity
+    g = planner.rate_limit_factor(exp)
+    assert fig["peak_switch_forwards_per_s"] * g == pytest.approx(0.7 * 3828.0 * 64 / 1024, rel=0.02)
