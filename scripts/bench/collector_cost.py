@@ -13,8 +13,8 @@ N veth pairs, one end of each shaped exactly as zlab shapes a switch port (htb r
 
 --peers-apart puts each veth's peer in a second namespace, as zlab's host NICs are: the dump then
 holds 3 qdiscs per port instead of 4 (no noqueue peer). CPU per sample is the thread's CPU time (median over samples); the user/system split is the
-mean from getrusage over the whole run (the split is tick-sampled, so per-sample values would
-be noise). Samples are paced at --period-ms, like the collector. The timing runs under an
+mean of getrusage deltas (tick-sampled: only its mean over many samples means anything). The
+implementations run interleaved, one call each per round, rounds paced at --period-ms. The timing runs under an
 exclusive flock on --lock (other CPU-sensitive measurements share this machine). The namespaces
 (zlabbench-coll-<pid>[-peers]) and the temporary directory are removed on any exit.
 
@@ -47,7 +47,6 @@ from testbed.qdisc_netlink import _NLH, _TCM, NLM_F_DUMP, NLM_F_REQUEST, RTM_GET
 from testbed.records import JsonLines  # noqa: E402
 
 CLONE_NEWNET = 0x40000000
-NLM_F_ECHO = 0x8
 
 
 class Parser(argparse.ArgumentParser):
@@ -171,58 +170,41 @@ def capture(path: str) -> int:
     return len(out)
 
 
-class GetSampler(LeafSampler):
-    """Tried, kept for the record (--impl get): one RTM_GETQDISC *get* (not dump) per port, 256
-    requests per send. The kernel then builds only the wanted leaves' messages, but each reply
-    is its own skb, so every port costs a recv. NLM_F_ECHO: without it the kernel only
-    multicasts the answer to RTNLGRP_TC (qdisc_get_notify -> rtnetlink_send), and the reply
-    never comes. (It is multicast to that group's listeners anyway: a side effect.)"""
-
-    BATCH = 256
-
-    def sample(self):
-        n = len(self.ifindexes)
-        out = [None] * n, [None] * n, [None] * n, [None] * n
-        for lo in range(0, n, self.BATCH):
-            self.seq += 1
-            part = self.ifindexes[lo : lo + self.BATCH]
-            req = b"".join(
-                _NLH.pack(_NLH.size + _TCM.size, RTM_GETQDISC, NLM_F_REQUEST | NLM_F_ECHO, self.seq, 0)
-                + _TCM.pack(0, ifx, self.handle, 0, 0)
-                for ifx in part
-            )
-            self.sock.send(req)
-            for _ in part:
-                got = self.sock.recv_into(self.view, len(self.buf) - 64)
-                self.feed(self.buf, got, self.seq, out)
-        return out
-
-
-def timed(fn, samples: int, period_s: float) -> dict:
-    """Run fn() `samples` times paced at period_s; CPU and wall per call, user/system split."""
-    cpu, wall = [], []
-    r0 = resource.getrusage(resource.RUSAGE_THREAD)
+def timed(fns: dict, samples: int, period_s: float) -> dict:
+    """Call every fn once per round, `samples` rounds paced at period_s; per fn: CPU and wall
+    per call, user/system split. Interleaved, so that every implementation sees the same
+    machine (this VM's speed drifts by tens of percent over a minute)."""
+    cpu = {k: [] for k in fns}
+    wall = {k: [] for k in fns}
+    user = dict.fromkeys(fns, 0.0)
+    system = dict.fromkeys(fns, 0.0)
     t_next = time.monotonic()
     for _ in range(samples):
         now = time.monotonic()
         if now < t_next:
             time.sleep(t_next - now)
-        c0, w0 = time.thread_time_ns(), time.perf_counter_ns()
-        fn()
-        cpu.append(time.thread_time_ns() - c0)
-        wall.append(time.perf_counter_ns() - w0)
+        for k, fn in fns.items():
+            r0 = resource.getrusage(resource.RUSAGE_THREAD)
+            c0, w0 = time.thread_time_ns(), time.perf_counter_ns()
+            fn()
+            cpu[k].append(time.thread_time_ns() - c0)
+            wall[k].append(time.perf_counter_ns() - w0)
+            r1 = resource.getrusage(resource.RUSAGE_THREAD)
+            user[k] += r1.ru_utime - r0.ru_utime
+            system[k] += r1.ru_stime - r0.ru_stime
         t_next += period_s
-    r1 = resource.getrusage(resource.RUSAGE_THREAD)
-    user, system = r1.ru_utime - r0.ru_utime, r1.ru_stime - r0.ru_stime
-    q = statistics.quantiles(cpu, n=10)
-    return {
-        "cpu_ms_median": statistics.median(cpu) / 1e6,
-        "cpu_ms_p10": q[0] / 1e6,
-        "cpu_ms_p90": q[-1] / 1e6,
-        "wall_ms_median": statistics.median(wall) / 1e6,
-        "user_ms_mean": user * 1e3 / samples,
-        "system_ms_mean": system * 1e3 / samples,
-    }
+    out = {}
+    for k in fns:
+        q = statistics.quantiles(cpu[k], n=10)
+        out[k] = {
+            "cpu_ms_median": statistics.median(cpu[k]) / 1e6,
+            "cpu_ms_p10": q[0] / 1e6,
+            "cpu_ms_p90": q[-1] / 1e6,
+            "wall_ms_median": statistics.median(wall[k]) / 1e6,
+            "user_ms_mean": user[k] * 1e3 / samples,
+            "system_ms_mean": system[k] * 1e3 / samples,
+        }
+    return out
 
 
 @contextlib.contextmanager
@@ -280,8 +262,7 @@ def _run(args) -> dict:
                 return {"captured_bytes": capture(args.capture), "ifindex": " ".join(map(str, bench.ifindex))}
             old = QdiscReader()
             new = LeafSampler(bench.ifindex, LEAF_HANDLE, LEAF_KINDS)
-            get = GetSampler(bench.ifindex, LEAF_HANDLE, LEAF_KINDS)
-            for r in (old, new, get):
+            for r in (old, new):
                 r.sock.settimeout(5)  # a reply that never comes is an error, not a hang
         finally:
             setns(back)
@@ -306,23 +287,16 @@ def _run(args) -> dict:
                 raise RuntimeError("new sampler lost a queue")
             return {"b": b, "q": q, "d": d, "x": x}
 
-        def get_sample():
-            x, q, b, d = get.sample()
-            if None in b:
-                raise RuntimeError("get sampler lost a queue")
-            return {"b": b, "q": q, "d": d, "x": x}
-
         a, b = old_sample(), new_sample()
-        if a != b or a != get_sample():
+        if a != b:
             raise RuntimeError("old and new disagree on the sampled counters")
         out = {"ports": args.ports, "qdiscs_in_dump": bench.qdiscs, "samples": args.samples}
         with tempfile.TemporaryDirectory(prefix="zlabbench-coll-") as tmp:
             jl = JsonLines(os.path.join(tmp, "queues.jsonl"), compact=True)
             rec = {"t_ns": time.monotonic_ns(), "dump_ns": 1234567, **a}
             period = args.period_ms / 1e3
-            for impl in args.impl.split(","):
-                fn = {"old": old_sample, "new": new_sample, "get": get_sample, "json": lambda: jl.write(rec)}[impl]
-                out[impl] = timed(fn, args.samples, period)
+            every = {"old": old_sample, "new": new_sample, "json": lambda: jl.write(rec)}
+            out.update(timed({k: every[k] for k in args.impl.split(",")}, args.samples, period))
             out["json_line_bytes"] = len(json.dumps(rec, sort_keys=True, separators=(",", ":"))) + 1
             jl.close()
         old.close()
@@ -339,7 +313,7 @@ def main(argv=None) -> int:
     ap.add_argument("--ports", type=int, default=1024, help="shaped ports (veth pairs), 1..4096")
     ap.add_argument("--samples", type=int, default=300, help="samples per implementation")
     ap.add_argument("--period-ms", type=float, default=10.0, help="pacing between samples (collector: 10)")
-    ap.add_argument("--impl", default="old,new,json", help="comma list of old, new, get, json")
+    ap.add_argument("--impl", default="old,new,json", help="comma list of old, new, json")
     ap.add_argument("--no-clsact", action="store_true", help="leave out the ECN marker's clsact qdisc")
     ap.add_argument(
         "--peers-apart",
@@ -360,9 +334,9 @@ def main(argv=None) -> int:
         ap.error(f"--samples must be at least 10, not {args.samples}")
     if args.period_ms < 0 or args.traffic < 0 or args.limit < 1:
         ap.error("--period-ms and --traffic must be >= 0 and --limit >= 1")
-    bad = set(args.impl.split(",")) - {"old", "new", "get", "json"}
+    bad = set(args.impl.split(",")) - {"old", "new", "json"}
     if bad:
-        ap.error(f"unknown --impl {sorted(bad)}: choose from old, new, get, json")
+        ap.error(f"unknown --impl {sorted(bad)}: choose from old, new, json")
     if os.geteuid():
         ap.error("needs root (it creates a network namespace)")
     signal.signal(signal.SIGTERM, lambda *_: sys.exit(143))  # unwinds through the finally: cleanup

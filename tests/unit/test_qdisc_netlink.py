@@ -36,11 +36,9 @@ def reader_parse(data: bytes, want_kind=None) -> dict:
 
 
 def feed(sampler: LeafSampler, data: bytes, seq: int = 1):
-    n = len(sampler.ifindexes)
-    out = [None] * n, [None] * n, [None] * n, [None] * n
-    buf = bytearray(data) + bytes(64)
-    done = sampler.feed(buf, len(data), seq, out)
-    return done, out
+    """(whether the bytes end the dump, the four lists) as LeafSampler.sample() would return them."""
+    out = sampler.parse(bytearray(data) + bytes(64), len(data), seq)
+    return out is not None, out
 
 
 @pytest.fixture
@@ -112,8 +110,20 @@ def test_other_sequence_numbers_are_ignored(sampler):
     assert out == ([None] * 4,) * 4
 
 
+def test_cached_chain_is_rechecked(sampler):
+    """The message chain is reused only while it still fits: a different dump is walked anew."""
+    data = dump_bytes()
+    assert feed(sampler, data)[1][0] == [2090, 2090, 2090, 2176]
+    chain = sampler.chain.copy()
+    assert feed(sampler, data)[1][0] == [2090, 2090, 2090, 2176]  # reused
+    assert (sampler.chain == chain).all()
+    first = (_NLH.unpack_from(data, 0)[0] + 3) & ~3
+    assert feed(sampler, data[first:])[1][0] == [2090, 2090, 2090, 2176]  # one message fewer: rewalked
+    assert sampler.chain.size == chain.size - 1
+
+
 def test_partial_chunk_is_not_done(sampler):
-    """Without its NLMSG_DONE a chunk does not end the dump (the next recv continues it)."""
+    """Without its NLMSG_DONE the bytes are not a whole dump (the next recv continues it)."""
     data = dump_bytes()
     off = 0
     while True:  # cut just before the DONE message
@@ -121,8 +131,8 @@ def test_partial_chunk_is_not_done(sampler):
         if off + ((length + 3) & ~3) >= len(data):
             break
         off += (length + 3) & ~3
-    done, (sent, *_rest) = feed(sampler, data[:off])
-    assert not done and sent == [2090, 2090, 2090, 2176]
+    done, out = feed(sampler, data[:off])
+    assert not done and out is None
 
 
 def test_duplicate_interfaces_are_refused():
