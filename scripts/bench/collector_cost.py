@@ -11,15 +11,19 @@ N veth pairs, one end of each shaped exactly as zlab shapes a switch port (htb r
   new   LeafSampler(...).sample()
   json  writing the sample's JSON line (JsonLines, compact, as the collector does)
 
---peers-apart puts each veth's peer in a second namespace, as zlab's host NICs are: the dump then
-holds 3 qdiscs per port instead of 4 (no noqueue peer). CPU per sample is the thread's CPU time (median over samples); the user/system split is the
+--peers-apart puts each veth's peer in a second namespace, as zlab's host NICs are: the dump
+then holds 3 qdiscs per port instead of 4 (no noqueue peer).
+
+CPU per sample is the thread's CPU time (median over samples); the user/system split is the
 mean of getrusage deltas (tick-sampled: only its mean over many samples means anything). The
-implementations run interleaved, one call each per round, rounds paced at --period-ms. The timing runs under an
-exclusive flock on --lock (other CPU-sensitive measurements share this machine). The namespaces
-(zlabbench-coll-<pid>[-peers]) and the temporary directory are removed on any exit.
+implementations run interleaved, one call each per round, rounds paced at --period-ms, and
+must agree on every counter first. The whole run (build, time, remove) holds an exclusive
+flock on --lock, which other CPU-sensitive measurements on this machine share: do not wrap it
+in flock(1) as well. The namespaces (zlabbench-coll-<pid>[-peers]) and the temporary
+directory are removed on any exit; --max-s bounds the run.
 
     sudo .venv/bin/python scripts/bench/collector_cost.py [--ports 1024] [--samples 300] [--json]
-    sudo .venv/bin/python scripts/bench/collector_cost.py --ports 4 --capture tests/unit/data/x.bin
+    sudo .venv/bin/python scripts/bench/collector_cost.py --ports 4 --rate 8kbit --limit 5 --traffic 8 --capture tests/data/qdisc/dump_4ports.bin
 """
 
 from __future__ import annotations
