@@ -408,3 +408,33 @@ def test_a_port_state_change_forgets_the_cables_probe_history():
     assert p.update(400) == [(d, True, 10, 10)]
     p.forget(d)
     assert d not in p.bad and p.update(400) == []
+
+
+def test_statistics_requests_are_spread_evenly_over_the_interval(app, monkeypatch):
+    """Every switch is asked once per interval, one at a time, interval / switches apart: a round
+    of every switch at once was a CPU burst that voided 256-GPU replays."""
+    fab, ctl = app("zcube:n=4,gpus_per_server=4")
+    ctl.stats_interval_s, ctl.lldp_interval_s = 4.0, 0.0
+    dps = [FakeDatapath(d) for d in range(1, 9)]
+    ctl.datapaths = {dp.id: dp for dp in dps}
+    clock = [100.0]
+    asked = []  # (time, dpid)
+    for dp in dps:
+        dp.send_msg = lambda msg, dp=dp: asked.append((clock[0], dp.id, type(msg).__name__))
+
+    def sleep(s):
+        assert s >= 0
+        clock[0] += s
+        if clock[0] > 100.0 + 2 * 4.0 - 1e-9:
+            raise StopIteration
+
+    monkeypatch.setattr(zlab_routes.time, "monotonic", lambda: clock[0])
+    monkeypatch.setattr(zlab_routes.hub, "sleep", sleep)
+    with pytest.raises(StopIteration):
+        ctl._poll()
+    flow = [(t, d) for t, d, kind in asked if kind == "OFPFlowStatsRequest"]
+    port = [(t, d) for t, d, kind in asked if kind == "OFPPortStatsRequest"]
+    assert flow == port and len(flow) == 16  # two intervals of 8 switches
+    assert [d for _, d in flow] == list(range(1, 9)) * 2
+    gaps = {round(b[0] - a[0], 9) for a, b in zip(flow, flow[1:])}
+    assert gaps == {0.5}  # 4 s / 8 switches
