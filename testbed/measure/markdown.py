@@ -365,7 +365,7 @@ def _checks(m: dict) -> list[tuple]:
         ),
         ("messages faster than their serialisation floor", "0", lambda r: r["below_floor_messages"], "{}"),
         (
-            "max carried utilisation (beyond a one-frame bucket's two frames)",
+            "max carried utilisation (beyond a one-frame bucket's two frames; windows of ten times them at the slowest loaded port, at least the report's window)",
             f"{m['max_carried_util']}",
             lambda r: r["max_carried_util"],
             "{:.3f}",

@@ -7,6 +7,7 @@ import math
 import shutil
 from pathlib import Path
 
+import numpy as np
 import pandas as pd
 import pytest
 
@@ -393,3 +394,21 @@ def test_how_a_failure_treated_a_qp(q, want):
 
     verdict, t = qp_outcome(q, t_fail=0, t_fixed=int(19.8 * MS), t_next=10_000 * MS)
     assert (verdict, None if t is None else t / MS) == (want[0], pytest.approx(want[1]) if want[1] else None)
+
+
+def test_carried_rule_window_holds_ten_allowances_by_hand():
+    """The carried rule's allowance (two frames) must be at most a tenth of a window's capacity, or
+    the rule is blind: at 0.17 Mb/s and 9,014-byte frames, 2 x 9,014 x 8 / 170,000 / 0.1 = 8.48 s."""
+    from testbed.measure.metrics import carried_rule_window_s
+
+    class Fd:
+        burst_bytes = 9014
+
+        @staticmethod
+        def port_rate_bps(ports):
+            return np.array([{"a": 170e3, "b": 2.5e6}[p] for p in ports])
+
+    assert carried_rule_window_s(Fd, 0.1, {"a", "b"}) == pytest.approx(2 * 9014 * 8 / 170e3 / 0.1)
+    assert carried_rule_window_s(Fd, 0.1, {"b"}) == pytest.approx(2 * 9014 * 8 / 2.5e6 / 0.1)  # 0.577 s
+    assert carried_rule_window_s(Fd, 10.0, {"a"}) == 10.0  # never narrower than the report's window
+    assert carried_rule_window_s(Fd, 0.1, set()) == 0.1
