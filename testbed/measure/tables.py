@@ -8,6 +8,8 @@ never re-derived or re-read from anywhere else.
 
 from __future__ import annotations
 
+import functools
+
 from pathlib import Path
 
 import numpy as np
@@ -363,8 +365,9 @@ class FabricData:
             return 0.0
         return (hz * window_s + 2) * PROBE_FRAME_MAX_BYTES
 
-    @property
+    @functools.cached_property
     def probe_hz(self) -> float:
+        """Read once: failures.json is ~0.6 MB at 256 GPUs, and link_bytes asks for every port."""
         path = self.dir / "failures.json"
         if not path.exists():
             return 0.0
