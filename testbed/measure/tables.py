@@ -9,7 +9,6 @@ never re-derived or re-read from anywhere else.
 from __future__ import annotations
 
 import functools
-
 from pathlib import Path
 
 import numpy as np
