@@ -127,8 +127,7 @@ def capacity_at(link_rate_mbps: float) -> tuple[float, float]:
 @functools.lru_cache(maxsize=1)
 def capacity_probe_switch_ports() -> int:
     """Switch ports of the capacity probe's fabric, computed from its spec (64 for ZCube(4,2))."""
-    fab = build_fabric(CAPACITY_SPEC)
-    return len(fab.ports) - fab.n_gpus * fab.ports_per_gpu
+    return build_fabric(CAPACITY_SPEC).n_switch_ports
 
 
 def shares(figures: dict, g: float = 1.0, curve: Curve | None = None) -> tuple[float, float, float]:

@@ -310,11 +310,6 @@ def _messages(fab: Fabric, plan: workload.Plan, split: str | None) -> list[Messa
     return out
 
 
-def switch_ports(fab: Fabric) -> int:
-    """Ports on switches (the OVS ports of the emulated fabric): every port that is not a GPU NIC's."""
-    return len(fab.ports) - fab.n_gpus * fab.ports_per_gpu
-
-
 def _figures(fr: FabricRun, path_mtu: int) -> dict:
     """What the dry run prints: rates, scaling, volume, expected duration and peak packet rate.
 
@@ -368,5 +363,5 @@ def _figures(fr: FabricRun, path_mtu: int) -> dict:
         "peak_nic_frames_per_s": float(run_fps.max(initial=0.0)),
         "peak_switch_forwards_per_s": float(run_fwd.max(initial=0.0)),
         # what ovs-vswitchd polls on every wake-up: the planner scales its capacity by it
-        "switch_ports": switch_ports(fab),
+        "switch_ports": fab.n_switch_ports,
     }

@@ -207,6 +207,11 @@ class Fabric:
             return cls.from_json(fh.read())
 
     # ---- summaries -------------------------------------------------------------------
+    @property
+    def n_switch_ports(self) -> int:
+        """Ports on switches (the OVS ports of the emulated fabric): every port that is not a GPU NIC's."""
+        return len(self.ports) - self.n_gpus * self.ports_per_gpu
+
     def counts(self) -> dict[str, int]:
         nic = sum(1 for l in self.links if l.kind == "nic")
         by_group: dict[str, int] = {}
