@@ -141,7 +141,7 @@ def _mean(values) -> float | None:
     return sum(v) / len(v) if v else None
 
 
-def markdown(run: dict, exp: dict, metrics: dict, plots: list[str]) -> str:
+def markdown(run: dict, exp: dict, metrics: dict, plots: list[str] | None) -> str:
     """The whole report: its sections in reading order, one blank line between them."""
     fabs = metrics["fabrics"]
     sections = [
@@ -545,6 +545,8 @@ def published() -> list[str]:
     ]
 
 
-def plot_links(plots: list[str]) -> list[str]:
-    """The plots, as images relative to report.md (they live in plots/)."""
+def plot_links(plots: list[str] | None) -> list[str]:
+    """The plots, as images relative to report.md (they live in plots/); None: not drawn."""
+    if plots is None:
+        return ["## Plots", "", "Not drawn in this rebuild (`zlab report --no-plots`); `zlab report RUN` draws them."]
     return ["## Plots", "", *[f"![{p}](plots/{p})" for p in plots]]

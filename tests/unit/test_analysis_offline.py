@@ -89,8 +89,26 @@ def test_tables_metrics_and_report_from_raw_records(run):
         assert (run / "plots" / f"{png}.png").read_bytes()[:4] == b"\x89PNG"
 
 
+def test_report_no_plots_rebuilds_the_numbers_without_drawing(run, capsys):
+    """`zlab report --no-plots`: the same metrics and tables as a full rebuild, no figure drawn, and
+    report.md says so instead of linking figures that this rebuild did not make."""
+    from testbed.cli import main
+
+    assert not (run / "plots").exists()
+    assert main(["report", "--no-plots", str(run)]) == 0
+    assert not (run / "plots").exists()
+    text = (run / "report.md").read_text()
+    assert "Not drawn in this rebuild (`zlab report --no-plots`)" in text and "](plots/" not in text
+    lean = json.loads((run / "metrics.json").read_text())
+    assert lean["fabrics"]["roft"]["summary"]["fidelity"]["valid"] is True
+    assert report.build(run) == lean  # drawing changes no number
+    assert (run / "plots" / "kv_completion_cdf.png").exists() and "](plots/kv_completion_cdf.png)" in (
+        run / "report.md"
+    ).read_text()
+
+
 def _reasons(run, label="roft", k=0):
-    metrics = report.build(run)
+    metrics = report.build(run, plots_too=False)
     assert not metrics["fabrics"][label]["summary"]["fidelity"]["valid"]
     return metrics["fabrics"][label]["repeats"][k]["fidelity"]["reasons"]
 
@@ -149,7 +167,10 @@ def test_rule_cpu_counts_only_the_replay_window(run):
     before = [i for i, r in enumerate(read_jsonl(path)[1:]) if r["t_ns"] < t0]
     assert before, "the committed run has no sample interval before t0"
     _saturate_interval(path, before[0])
-    assert report.build(run)["fabrics"]["zcube"]["repeats"][0]["fidelity"] == {"valid": True, "reasons": []}
+    assert report.build(run, plots_too=False)["fabrics"]["zcube"]["repeats"][0]["fidelity"] == {
+        "valid": True,
+        "reasons": [],
+    }
     inside = next(i for i, r in enumerate(read_jsonl(path)) if r["t_ns"] > t0)
     _saturate_interval(path, inside)
     assert any(r.startswith("CPU-bound: the machine at") for r in _reasons(run, "zcube"))
@@ -243,29 +264,29 @@ def test_rule_link_bytes_off_the_model(run):
 @pytest.mark.slow  # over 3 s: kept out of the fast loop, which must stay under a minute
 def test_torn_last_line_is_skipped_a_damaged_one_is_not(run):
     tr = _raw(run, "roft") / "transfers.jsonl"
-    before = report.build(run)["fabrics"]["roft"]["repeats"][0]
+    before = report.build(run, plots_too=False)["fabrics"]["roft"]["repeats"][0]
     with tr.open("a") as fh:
         fh.write('{"src": "g0-p0", "dst"')  # a writer killed mid-record
     assert read_jsonl(tr).torn
-    after = report.build(run)["fabrics"]["roft"]["repeats"][0]
+    after = report.build(run, plots_too=False)["fabrics"]["roft"]["repeats"][0]
     assert after["kv_transfer_real_s"] == before["kv_transfer_real_s"]
     lines = tr.read_text().splitlines()
     lines.insert(1, "garbage")
     tr.write_text("\n".join(lines) + "\n")
     with pytest.raises(RecordError, match=r"transfers.jsonl:2: damaged record"):
-        report.build(run)
+        report.build(run, plots_too=False)
 
 
 def test_report_refuses_a_folder_that_is_not_a_run(tmp_path):
     with pytest.raises(RunFolderError, match="not a zlab run folder"):
-        report.build(tmp_path)
+        report.build(tmp_path, plots_too=False)
 
 
 def test_report_refuses_a_complete_run_without_raw_records(run):
     for label in LABELS:
         shutil.rmtree(run / label / "raw")
     with pytest.raises(MissingRecords, match="raw records are missing"):
-        report.build(run)
+        report.build(run, plots_too=False)
 
 
 def test_rule_drops_outside_a_switch_queue_name_their_location(run):
@@ -291,7 +312,7 @@ def test_rule_loss_no_counter_explains(run):
 
 
 def test_a_clean_run_accounts_every_location(run):
-    m = report.build(run)["fabrics"]["roft"]["repeats"][0]
+    m = report.build(run, plots_too=False)["fabrics"]["roft"]["repeats"][0]
     assert set(m["drops"]) == {
         "switch_queues",
         "ovs_port_counters",
@@ -309,7 +330,7 @@ def test_an_invalid_verdict_says_what_to_change_and_retries_only_that_fabric(run
     from testbed.experiment import advice
 
     _busy(_raw(run, "roft") / "cpu.jsonl", "ovs_cpu_s", 0.95)
-    metrics = report.build(run)
+    metrics = report.build(run, plots_too=False)
     exp = json.loads((run / "experiment.json").read_text())
     a = advice.advise(exp, metrics)
     rho = exp["spec"]["emulation"]["rate_scale"]
@@ -332,7 +353,7 @@ def test_steal_alone_is_not_answered_with_a_lower_rate(run):
     recs = read_jsonl(_raw(run, "roft") / "cpu.jsonl")
     cores = recs[0]["cores"]
     _busy(_raw(run, "roft") / "cpu.jsonl", "machine_steal_s", 0.4 * cores)
-    metrics = report.build(run)
+    metrics = report.build(run, plots_too=False)
     reasons = metrics["fabrics"]["roft"]["summary"]["fidelity"]["reasons"]
     assert reasons and all("hypervisor stole" in r for r in reasons)
     a = advice.advise(json.loads((run / "experiment.json").read_text()), metrics)
@@ -345,11 +366,11 @@ def test_steal_alone_is_not_answered_with_a_lower_rate(run):
 def test_retry_refuses_a_valid_run_and_an_unfixable_one(run, capsys):
     from testbed.cli import main
 
-    report.build(run)
+    report.build(run, plots_too=False)
     assert main(["run", "--retry-invalid", str(run)]) == 2
     assert "nothing to retry" in capsys.readouterr().err
     _rewrite_jsonl(_raw(run, "zcube") / "transfers.jsonl", lambda r: dict(r, integrity_ok=False))
-    report.build(run)
+    report.build(run, plots_too=False)
     assert main(["run", "--retry-invalid", str(run)]) == 2
     assert "not fixable by scaling" in capsys.readouterr().err
 

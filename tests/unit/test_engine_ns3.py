@@ -84,7 +84,7 @@ def test_a_small_spec_runs_in_ns3_into_an_emulation_shaped_folder(ns3_run, tmp_p
     # the same tables with the same columns as the emulation's (the mini-run's, rebuilt here)
     mini = tmp_path / "mini"
     shutil.copytree(MINI, mini)
-    report.build(mini)
+    report.build(mini, plots_too=False)
     emu_tables, ns3_tables = _tables(mini), _tables(root)
     assert set(ns3_tables) == set(emu_tables) - NOT_RECORDED_BY_NS3
     for name, cols in ns3_tables.items():

@@ -8,7 +8,7 @@ from pathlib import Path
 import pytest
 
 from testbed.measure import markdown as md
-from testbed.measure import plots, report
+from testbed.measure import report
 from testbed.records import read_json
 
 MINI = Path(__file__).resolve().parents[1] / "data" / "mini-run"
@@ -20,9 +20,7 @@ def mini(tmp_path_factory):
     (they take most of the build and no section here reads them)."""
     root = tmp_path_factory.mktemp("mini") / "run"
     shutil.copytree(MINI, root)
-    with pytest.MonkeyPatch.context() as mp:
-        mp.setattr(plots, "all_plots", lambda *a, **k: [])
-        metrics = report.build(root)
+    metrics = report.build(root, plots_too=False)
     return read_json(root / "run.json"), read_json(root / "experiment.json"), metrics
 
 

@@ -101,7 +101,7 @@ def test_the_report_lists_retaken_repeats(tmp_path):
         {"folder": "rep1.void1", "reason": "hypervisor steal up to 33 % of the cores (limit 20 %)"}
     ]
     (run / "zcube" / "run.json").write_text(json.dumps(rj))
-    report.build(run)
+    report.build(run, plots_too=False)
     text = (run / "report.md").read_text()
     assert (
         "Re-taken repeats (voided by hypervisor steal alone, a cause outside the run, and replayed with the same "
