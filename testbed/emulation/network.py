@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import json
 import os
+import signal
 import time
 from dataclasses import dataclass, field
 
@@ -378,5 +379,8 @@ def stop(em: Emulation) -> float:
         shells = [(c.pid, procs.start_time(c.pid)) for c in em.net.controllers if c.pid]
         em.net.stop()
         em.net = None
-        procs.terminate_all(shells)  # Mininet's stop leaves the controller node's shell running
+        # Mininet's stop leaves the controller node's shell running. It is an interactive bash, which
+        # ignores SIGTERM and exits on SIGHUP (what Mininet sends its own node shells): SIGTERM cost
+        # every teardown the whole 3 s grace period (measured), a third of a 16-GPU run's wall time.
+        procs.terminate_all(shells, first_signal=signal.SIGHUP)
     return time.perf_counter() - t

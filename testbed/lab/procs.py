@@ -47,14 +47,18 @@ def terminate(pid: int, started: int | None, grace_s: float = 3.0) -> bool:
     return True
 
 
-def terminate_all(targets: list[tuple[int, int | None]], grace_s: float = 3.0) -> list[int]:
+def terminate_all(
+    targets: list[tuple[int, int | None]], grace_s: float = 3.0, first_signal: int = signal.SIGTERM
+) -> list[int]:
     """terminate() for many processes with one shared grace period (an interactive bash, which is
     what a Mininet node is, ignores SIGTERM: one by one, 1,000 of them would take 3,000 s).
+    first_signal: SIGHUP for shells known to be interactive bash (it exits on SIGHUP at once);
+    SIGTERM for anything else, so a process that flushes its records on SIGTERM still can.
     Returns the pids that were alive."""
     live = [(p, st) for p, st in targets if alive(p, st)]
     for pid, _ in live:
         try:
-            os.kill(pid, signal.SIGTERM)
+            os.kill(pid, first_signal)
         except ProcessLookupError:
             pass
     deadline = time.monotonic() + grace_s

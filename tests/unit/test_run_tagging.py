@@ -49,3 +49,34 @@ def test_clean_finds_and_stops_an_unrecorded_process_by_its_tag(tmp_path):
 
 def _cmd(pid):
     return open(f"/proc/{pid}/cmdline", "rb").read().replace(b"\0", b" ").decode().strip()[:80]
+
+
+def test_a_mininet_node_shell_stops_on_sighup_without_the_grace_period():
+    """Mininet's node shells are interactive bash, which ignores SIGTERM: network.stop sends SIGHUP
+    so a teardown does not wait out the grace period (it did: 3 s of every run). Exit by SIGHUP
+    itself, not the SIGKILL after the grace, is what the return code proves."""
+    import pty
+    import signal
+    import time
+
+    master, slave = pty.openpty()
+    shell = subprocess.Popen(
+        ["bash", "--norc", "--noediting", "-is", "mininet:c0"],
+        stdin=slave,
+        stdout=slave,
+        stderr=slave,
+        start_new_session=True,
+    )
+    try:
+        time.sleep(0.2)
+        t = time.monotonic()
+        assert procs.terminate_all([(shell.pid, procs.start_time(shell.pid))], first_signal=signal.SIGHUP) == [
+            shell.pid
+        ]
+        assert time.monotonic() - t < 1.0
+        assert shell.wait(timeout=5) == -signal.SIGHUP
+    finally:
+        if shell.poll() is None:
+            shell.kill()
+        os.close(master)
+        os.close(slave)
