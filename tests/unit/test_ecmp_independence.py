@@ -62,3 +62,25 @@ def test_ecmp_tiers_in_series_read_disjoint_source_port_lanes():
     assert forwarding_tables(build_fabric("roft:gpus=64")).ecmp_lanes[1] == 1  # leaves only
     # parallel leaf-spine links: the spine's choice among them is a second tier in series
     assert forwarding_tables(build_fabric("roft:gpus=64,radix=16")).ecmp_lanes[1] == 2
+
+
+def test_the_vectorised_choice_is_the_per_flow_lookup():
+    """ecmp_member groups flows by (seed, k, lane, lanes) to look each table up once; the oracle is
+    the switch's own lookup done flow by flow (window, then table[bucket]; member 0 for non-UDP)."""
+    from testbed.fabric.ecmp import ecmp_member, ecmp_table, ecmp_window, switch_seed
+
+    rng = np.random.default_rng(7)
+    for lanes in (1, 2, 3):
+        n = 2_000
+        seed = switch_seed(rng.integers(1, 40, n).astype(np.uint64))
+        k = rng.integers(2, 70, n)
+        lane = rng.integers(0, lanes, n)
+        sport = rng.integers(-1, 65_536, n)  # -1: not UDP
+        got = ecmp_member(seed, sport, k, lane, lanes)
+        for i in range(n):
+            if sport[i] < 0:
+                assert got[i] == 0
+                continue
+            shift, bits = ecmp_window(int(seed[i]), int(k[i]), int(lane[i]), lanes)
+            want = ecmp_table(int(seed[i]), int(k[i]), bits)[(int(sport[i]) >> shift) & ((1 << bits) - 1)]
+            assert got[i] == want, (i, lanes)
