@@ -47,6 +47,17 @@ def load(root: Path) -> tuple[dict, dict, dict[str, list[FabricData]]]:
     return exp, run, datas
 
 
+def _keep(t: dict, draw: bool) -> dict:
+    """A repeat's tables as kept for the rest of the build once its metrics and failure rows are
+    computed: the queue samples only when the plots will draw them (repeat 0's; plots.py), else an
+    empty frame of the same columns. Why: they are one row per port per 10 ms sample — 19 M rows,
+    1.2 GB for a 256-GPU fabric — and holding every repeat's of every fabric to the end made the
+    report's memory grow with fabrics x repeats (9.3 GB for two 256-GPU fabrics)."""
+    if draw or t["queue_samples"].empty:
+        return t
+    return dict(t, queue_samples=t["queue_samples"].iloc[:0].copy())
+
+
 def build(root: Path, plots_too: bool = True) -> dict:
     """Tables, metrics.json and report.md from the run's raw records; the plots too unless
     `plots_too` is False (`zlab report --no-plots`). Why optional: drawing is most of the cost of
@@ -64,14 +75,16 @@ def build(root: Path, plots_too: bool = True) -> dict:
             f"(status {run.get('status')}" + (f": {run['cause']}" if run.get("cause") else "") + ").\n"
         )
         return {}
-    tables, per_fabric = {}, {}
+    tables, per_fabric, fail_rows = {}, {}, {}
     for label, reps in datas.items():
-        tables[label], per_fabric[label] = [], []
-        for fd in reps:
+        tables[label], per_fabric[label], fail_rows[label] = [], [], []
+        for i, fd in enumerate(reps):
             xoff = max(1, int(m["xoff_real_bytes"] * fd.size_scale))
             t = fd.write_tables(root / "tables", xoff, m["util_window_ms"] / 1e3)
-            tables[label].append(t)
             per_fabric[label].append(repeat_metrics(fd, t, m))
+            fail_rows[label] += failures.events(fd, t)
+            tables[label].append(_keep(t, plots_too and i == 0))
+            fd.release_queues()
     labels = list(datas)
     metrics = {
         "fabrics": {lab: {"summary": fabric_summary(per_fabric[lab]), "repeats": per_fabric[lab]} for lab in labels}
@@ -81,9 +94,6 @@ def build(root: Path, plots_too: bool = True) -> dict:
     if len(labels) >= 2:
         metrics["comparison"] = comparison(per_fabric, labels[0], labels[1])
     made = plots.all_plots(datas, tables, root / "plots") if plots_too else []
-    fail_rows = {
-        lab: [row for fd, t in zip(reps, tables[lab]) for row in failures.events(fd, t)] for lab, reps in datas.items()
-    }
     if any(fail_rows.values()):
         metrics["failures"] = {
             lab: {"events": rows, "summary": failures.summary(rows)} for lab, rows in fail_rows.items() if rows
