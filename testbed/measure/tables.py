@@ -273,31 +273,35 @@ class FabricData:
         frame = self.mtu_bytes + 14
         edges = np.arange(t[0], t[-1] + window_s, window_s)
         idx = np.unique(np.clip(np.searchsorted(t, edges), 0, len(t) - 1))
-        rows = []
-        for i0, i1 in zip(idx[:-1], idx[1:]):
-            dt_s = t[i1] + dump[i1] - t[i0]
-            if dt_s <= 0:
-                continue
-            sent = (x[i1] - x[i0]) * 8.0
-            grow = (b[i1] - b[i0]) * 8.0
-            drop = (d[i1] - d[i0]) * 8.0 * frame
-            cap = rate * dt_s
-            for j, port in enumerate(ports):
-                rows.append(
-                    (
-                        t[i0],
-                        dt_s,
-                        port,
-                        sent[j] / cap[j],
-                        max(0.0, sent[j] - 16.0 * self.burst_bytes) / cap[j],
-                        (sent[j] + grow[j] + drop[j]) / cap[j],
-                    )
-                )
+        i0, i1 = idx[:-1], idx[1:]
+        dt_s = t[i1] + dump[i1] - t[i0]
+        keep = ~(dt_s <= 0)  # a window no sample spans is skipped
+        i0, i1, dt_s = i0[keep], i1[keep], dt_s[keep]
+        if not len(i0):
+            return pd.DataFrame([], columns=LINK_UTIL_COLUMNS)
+        # (windows, ports) at once, in the row order of a loop over windows then ports. Why not one tuple per
+        # row: 1.9 M rows of Python floats for a 256-GPU fabric were 0.6 GB and seconds of the report
+        sent = (x[i1] - x[i0]) * 8.0
+        grow = (b[i1] - b[i0]) * 8.0
+        drop = (d[i1] - d[i0]) * 8.0 * frame
+        cap = rate * dt_s[:, None]
+        beyond = sent - 16.0 * self.burst_bytes
+        names = np.empty(len(ports), dtype=object)
+        names[:] = ports
+        W, P = sent.shape
         # carried_beyond_frame: what the link carried beyond the two frames a token bucket of one
         # frame's depth can send ahead of line rate (the banked frame, and the one that takes the
         # bucket negative) — bytes in any window <= rate x window + 2 frames, so this cannot pass 1
         return pd.DataFrame(
-            rows, columns=["t_s", "window_s", "port", "carried_util", "carried_beyond_frame", "offered_util"]
+            {
+                "t_s": np.repeat(t[i0], P),
+                "window_s": np.repeat(dt_s, P),
+                "port": np.tile(names, W),
+                "carried_util": (sent / cap).ravel(),
+                "carried_beyond_frame": (np.where(beyond > 0.0, beyond, 0.0) / cap).ravel(),  # = max(0.0, beyond)
+                "offered_util": ((sent + grow + drop) / cap).ravel(),
+            },
+            columns=LINK_UTIL_COLUMNS,
         )
 
     def backlog_episodes(self, xoff_bytes: int) -> pd.DataFrame:
