@@ -83,8 +83,9 @@ def build(root: Path, plots_too: bool = True) -> dict:
             t = fd.write_tables(root / "tables", xoff, m["util_window_ms"] / 1e3)
             per_fabric[label].append(repeat_metrics(fd, t, m))
             fail_rows[label] += failures.events(fd, t)
-            tables[label].append(_keep(t, plots_too and i == 0))
             fd.release_queues()
+            t = _keep(t, plots_too and i == 0)  # rebinds t: the full samples must not live on into the next repeat
+            tables[label].append(t)
     labels = list(datas)
     metrics = {
         "fabrics": {lab: {"summary": fabric_summary(per_fabric[lab]), "repeats": per_fabric[lab]} for lab in labels}
