@@ -47,15 +47,22 @@ def load(root: Path) -> tuple[dict, dict, dict[str, list[FabricData]]]:
     return exp, run, datas
 
 
+PLOTTED_QUEUE_COLUMNS = ("t_s", "port", "tier", "backlog_bytes", "queue_delay_real_s")  # plots.py, failures.timeline
+
+
 def _keep(t: dict, draw: bool) -> dict:
     """A repeat's tables as kept for the rest of the build once its metrics and failure rows are
-    computed: the queue samples only when the plots will draw them (repeat 0's; plots.py), else an
-    empty frame of the same columns. Why: they are one row per port per 10 ms sample — 19 M rows,
-    1.2 GB for a 256-GPU fabric — and holding every repeat's of every fabric to the end made the
-    report's memory grow with fabrics x repeats (9.3 GB for two 256-GPU fabrics)."""
-    if draw or t["queue_samples"].empty:
+    computed: of the queue samples, only the columns the plots draw and only when they will draw them
+    (repeat 0's), else an empty frame of the same columns. Why: they are one row per port per 10 ms
+    sample, 19 M rows and 1.2 GB for a 256-GPU fabric, and holding every repeat's of every fabric to
+    the end made the report's memory grow with fabrics x repeats."""
+    qs = t["queue_samples"]
+    if qs.empty:
         return t
-    return dict(t, queue_samples=t["queue_samples"].iloc[:0].copy())
+    if not draw:
+        return dict(t, queue_samples=qs.iloc[:0].copy())
+    # the columns' own arrays (copy=False), not a copy: the dropped counters' memory goes with the frame
+    return dict(t, queue_samples=pd.DataFrame({c: qs[c].to_numpy() for c in PLOTTED_QUEUE_COLUMNS}, copy=False))
 
 
 def build(root: Path, plots_too: bool = True) -> dict:
