@@ -227,7 +227,7 @@ class FabricData:
         T, P = b.shape
         # object arrays of the P names, tiled: every row refers to the same P str objects. Why: tiling the
         # list made a fixed-width unicode array that pandas turned into one new str per row, 2 x 19 M
-        # strings (2.3 GB) for a 256-GPU fabric's samples; the column (dtype object, values) is the same
+        # strings (about 2.4 GB) for a 256-GPU fabric's samples; the column (dtype object, values) is the same
         names = np.empty(P, dtype=object)
         names[:] = ports
         tiers = np.empty(P, dtype=object)
