@@ -18,6 +18,7 @@ from ..fabric.model import Fabric
 from ..fabric.paths import walk
 from ..records import read_json
 from ..records import read_jsonl as _jsonl
+from . import queuefile
 
 # RoCE frame bytes around a packet's payload: Ethernet 14, IPv4 20, UDP 8, BTH 12, ICRC 4;
 # the first packet of a WRITE also carries a RETH (16). An ACK/NAK frame is 62 bytes.
@@ -101,10 +102,8 @@ class FabricData:
         self.burst_bytes = resolved["emulation"]["burst_bytes"] or self.mtu_bytes + 14
         self.subflows_per_transfer = resolved["subflows_per_transfer"]
         self.transfers_raw = _jsonl(raw / "transfers.jsonl")
-        q = _jsonl(raw / "queues.jsonl")
-        self.queue_header = next((r for r in q if r.get("type") == "header"), None)
-        self.queue_footer = next((r for r in q if r.get("type") == "footer"), None)
-        self.queue_rows = [r for r in q if "t_ns" in r]
+        self._queues: queuefile.QueueFile | None = None  # read on first use (queues())
+        self._queue_meta: tuple[dict | None, dict | None] | None = None
         self.cpu_rows = _jsonl(raw / "cpu.jsonl")
         self.counters = read_json(raw / "counters.json") if (raw / "counters.json").exists() else {}
         drops = read_json(raw / "drops.json") if (raw / "drops.json").exists() else None
@@ -183,13 +182,39 @@ class FabricData:
         return reqs
 
     # ---- queues ---------------------------------------------------------------------
+    def queues(self) -> queuefile.QueueFile:
+        """The raw queue samples as arrays, read on first use and kept until release_queues().
+        Why lazily: the report loads every fabric before it builds the first one's tables, and a
+        256-GPU fabric's samples are about 0.6 GB even as arrays (queuefile.py)."""
+        if self._queues is None:
+            self._queues = queuefile.read(self.raw / "queues.jsonl")
+            self._queue_meta = (self._queues.header, self._queues.footer)
+        return self._queues
+
+    def release_queues(self) -> None:
+        """Let the sample arrays go (header and footer stay); the next use reads the file again."""
+        self._queues = None
+
+    @property
+    def queue_header(self) -> dict | None:
+        if self._queue_meta is None:
+            self.queues()
+        return self._queue_meta[0]
+
+    @property
+    def queue_footer(self) -> dict | None:
+        if self._queue_meta is None:
+            self.queues()
+        return self._queue_meta[1]
+
     def queue_arrays(self):
         """(t_s array, ports, backlog (T,P), qlen, drops, tx_bytes) from the raw samples."""
-        if not self.queue_rows or self.queue_header is None:
+        qf = self.queues()
+        if not qf.samples or qf.header is None:
             return None
-        t = (np.array([r["t_ns"] for r in self.queue_rows]) - self.t0_ns) / 1e9
-        get = lambda k: np.array([r[k] for r in self.queue_rows], dtype=np.int64)  # noqa: E731
-        return t, self.queue_header["ports"], get("b"), get("q"), get("d"), get("x")
+        t = (qf.t_ns - self.t0_ns) / 1e9
+        c = qf.counters
+        return t, qf.header["ports"], c["b"], c["q"], c["d"], c["x"]
 
     def queue_samples(self) -> pd.DataFrame:
         """Every sample of every switch egress queue: emulated bytes and frames, and the
@@ -200,19 +225,27 @@ class FabricData:
             return pd.DataFrame()
         t, ports, b, q, d, x = arr
         T, P = b.shape
-        tiers = self.port_tiers(ports)
+        # object arrays of the P names, tiled: every row refers to the same P str objects. Why: tiling the
+        # list made a fixed-width unicode array that pandas turned into one new str per row, 2 x 19 M
+        # strings (about 2.4 GB) for a 256-GPU fabric's samples; the column (dtype object, values) is the same
+        names = np.empty(P, dtype=object)
+        names[:] = ports
+        tiers = np.empty(P, dtype=object)
+        tiers[:] = self.port_tiers(ports)
         rate = np.tile(self.port_rate_bps(ports), T)
+        # copy=False: the counter columns are the sample arrays themselves (flattened views), not a second copy
         return pd.DataFrame(
             {
                 "t_s": np.repeat(t, P),
-                "port": np.tile(ports, T),
+                "port": np.tile(names, T),
                 "tier": np.tile(tiers, T),
                 "backlog_bytes": b.ravel(),
                 "qlen_pkts": q.ravel(),
                 "drops_total": d.ravel(),
                 "sent_bytes_total": x.ravel(),
                 "queue_delay_real_s": b.ravel() * 8.0 / rate / self.dilation,
-            }
+            },
+            copy=False,
         )
 
     def port_tiers(self, ports) -> list[str]:
@@ -235,36 +268,40 @@ class FabricData:
         if arr is None or (self.queue_header or {}).get("counters_at") == "end":
             return pd.DataFrame(columns=LINK_UTIL_COLUMNS)  # ns-3 counts sent bytes per port only at the end
         t, ports, b, q, d, x = arr
-        dump = np.array([r.get("dump_ns", 0) for r in self.queue_rows], dtype=float) / 1e9
+        dump = self.queues().dump_ns / 1e9
         rate = self.port_rate_bps(ports)
         frame = self.mtu_bytes + 14
         edges = np.arange(t[0], t[-1] + window_s, window_s)
         idx = np.unique(np.clip(np.searchsorted(t, edges), 0, len(t) - 1))
-        rows = []
-        for i0, i1 in zip(idx[:-1], idx[1:]):
-            dt_s = t[i1] + dump[i1] - t[i0]
-            if dt_s <= 0:
-                continue
-            sent = (x[i1] - x[i0]) * 8.0
-            grow = (b[i1] - b[i0]) * 8.0
-            drop = (d[i1] - d[i0]) * 8.0 * frame
-            cap = rate * dt_s
-            for j, port in enumerate(ports):
-                rows.append(
-                    (
-                        t[i0],
-                        dt_s,
-                        port,
-                        sent[j] / cap[j],
-                        max(0.0, sent[j] - 16.0 * self.burst_bytes) / cap[j],
-                        (sent[j] + grow[j] + drop[j]) / cap[j],
-                    )
-                )
+        i0, i1 = idx[:-1], idx[1:]
+        dt_s = t[i1] + dump[i1] - t[i0]
+        keep = ~(dt_s <= 0)  # a window no sample spans is skipped
+        i0, i1, dt_s = i0[keep], i1[keep], dt_s[keep]
+        if not len(i0):
+            return pd.DataFrame([], columns=LINK_UTIL_COLUMNS)
+        # (windows, ports) at once, in the row order of a loop over windows then ports. Why not one tuple per
+        # row: 1.9 M rows of Python floats for a 256-GPU fabric were 0.6 GB and seconds of the report
+        sent = (x[i1] - x[i0]) * 8.0
+        grow = (b[i1] - b[i0]) * 8.0
+        drop = (d[i1] - d[i0]) * 8.0 * frame
+        cap = rate * dt_s[:, None]
+        beyond = sent - 16.0 * self.burst_bytes
+        names = np.empty(len(ports), dtype=object)
+        names[:] = ports
+        W, P = sent.shape
         # carried_beyond_frame: what the link carried beyond the two frames a token bucket of one
         # frame's depth can send ahead of line rate (the banked frame, and the one that takes the
         # bucket negative) — bytes in any window <= rate x window + 2 frames, so this cannot pass 1
         return pd.DataFrame(
-            rows, columns=["t_s", "window_s", "port", "carried_util", "carried_beyond_frame", "offered_util"]
+            {
+                "t_s": np.repeat(t[i0], P),
+                "window_s": np.repeat(dt_s, P),
+                "port": np.tile(names, W),
+                "carried_util": (sent / cap).ravel(),
+                "carried_beyond_frame": (np.where(beyond > 0.0, beyond, 0.0) / cap).ravel(),  # = max(0.0, beyond)
+                "offered_util": ((sent + grow + drop) / cap).ravel(),
+            },
+            columns=LINK_UTIL_COLUMNS,
         )
 
     def backlog_episodes(self, xoff_bytes: int) -> pd.DataFrame:
@@ -390,7 +427,9 @@ class FabricData:
         }
         for name, df in tables.items():
             if not df.empty:
-                df.assign(repeat=self.repeat).to_parquet(
-                    out / f"{self.label}_rep{self.repeat}_{name}.parquet", index=False
-                )
+                # a shallow copy with the repeat column, not assign()'s deep copy of every column (1.2 GB
+                # for a 256-GPU fabric's queue samples); the returned tables stay without it
+                written = df.copy(deep=False)
+                written["repeat"] = self.repeat
+                written.to_parquet(out / f"{self.label}_rep{self.repeat}_{name}.parquet", index=False)
         return tables
