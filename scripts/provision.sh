@@ -94,6 +94,12 @@ detect_datapath() {
 }
 
 ovs_running() { ovs-vsctl --timeout=5 show >/dev/null 2>&1; }
+# The daemons outlive this script, so they start with only stdin, stdout and stderr: otherwise they
+# keep whatever the caller had open for their whole life (measured: `flock LOCK bash provision.sh`
+# left ovsdb-server and ovs-vswitchd holding LOCK, and every later `flock LOCK` waited on them).
+without_inherited_fds() {
+  ( for fd in /proc/self/fd/*; do n=${fd##*/}; if [ "$n" -gt 2 ]; then eval "exec $n>&-"; fi; done; exec "$@" )
+}
 vswitchd_pid() { cat /var/run/openvswitch/ovs-vswitchd.pid 2>/dev/null || true; }
 
 # OVS without systemd: ovs-ctl starts ovsdb-server and ovs-vswitchd directly. A daemon that was
@@ -114,7 +120,7 @@ start_ovs() {
     fi
     # Bridges left in the db by a killed run are not swept here: `zlab clean` removes the ones
     # zlab recorded, and nobody else's.
-    "$OVS_CTL" start --system-id=random --no-mlockall 2>&1 | grep -v -i 'ulimit\|mlockall\|kernel module' || true
+    without_inherited_fds "$OVS_CTL" start --system-id=random --no-mlockall 2>&1 | grep -v -i 'ulimit\|mlockall\|kernel module' || true
     ovs_running || die "ovs-vswitchd did not come up (see /var/log/openvswitch/)"
     pid=$(vswitchd_pid)
     changed "ovs started (pid $pid, datapath $datapath)"
