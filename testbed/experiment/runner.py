@@ -200,9 +200,8 @@ def stolen(exp: Experiment, fdir: Path, repeat: int) -> str | None:
     limit = exp.measurement["max_steal_fraction"]
     raw = fdir / "raw" / f"rep{repeat}"
     clock = read_json(raw / "run_clock.json")
-    steal = (
-        cpu_fractions(read_jsonl(raw / "cpu.jsonl"), clock["t0_ns"], clock.get("t_end_ns")).get("steal", {}).get("max")
-    )
+    t_to = clock.get("t_replay_end_ns", clock.get("t_end_ns"))
+    steal = cpu_fractions(read_jsonl(raw / "cpu.jsonl"), clock["t0_ns"], t_to).get("steal", {}).get("max")
     if steal is not None and steal > limit:
         return f"hypervisor steal up to {100 * steal:.0f} % of the cores (limit {100 * limit:.0f} %)"
     return None
@@ -229,6 +228,9 @@ def replay(
         marks_before = cc.markers.snapshot() if cc is not None and cc.markers is not None else None
         t0 = _post(fr, rep, lf, r, queue)
         status = _run(exp, rep, r, t0, len(queue), bar)
+        # the replay ends here: what follows (verify-paths' flow dumps, the drop counters, restoring
+        # the failures) loads ovs-vswitchd but cannot stretch a transfer, so the CPU rules stop here
+        runfolder.update_json(r.raw / "run_clock.json", t_replay_end_ns=time.monotonic_ns())
         _collect(fr, rep, live, r, drops_before, log)
         if marks_before is not None:
             cc.markers.write(r.raw, marks_before, cc.markers.snapshot(), cc.coarse)

@@ -95,6 +95,8 @@ class FabricData:
         clock = read_json(raw / "run_clock.json") if (raw / "run_clock.json").exists() else {}
         self.t0_ns = clock.get("t0_ns", 0)
         self.t_end_ns = clock.get("t_end_ns")  # None: a run recorded before it was kept, or cut short
+        # the last message done, before verify-paths and the failures' undoing (runs before it: t_end_ns)
+        self.t_replay_end_ns = clock.get("t_replay_end_ns", self.t_end_ns)
         self.messages_posted = clock.get("messages", 0)
         sc = resolved["scaling"]
         self.dilation, self.rate_scale, self.size_scale = sc["dilation"], sc["rate_scale"], sc["size_scale"]
@@ -412,7 +414,7 @@ class FabricData:
     # ---- fidelity -------------------------------------------------------------------
     def cpu_fractions(self) -> dict:
         """Over the replay only: from its t0 (the first due time) to its recorded end."""
-        return cpu_fractions(self.cpu_rows, self.t0_ns or None, self.t_end_ns)
+        return cpu_fractions(self.cpu_rows, self.t0_ns or None, self.t_replay_end_ns)
 
     def write_tables(self, out: Path, xoff_bytes: int, window_s: float) -> dict[str, pd.DataFrame]:
         out.mkdir(parents=True, exist_ok=True)
