@@ -176,6 +176,25 @@ def test_rule_cpu_counts_only_the_replay_window(run):
     assert any(r.startswith("CPU-bound: the machine at") for r in _reasons(run, "zcube"))
 
 
+def test_rule_cpu_stops_at_the_last_message(run):
+    """What runs after the last message (verify-paths' flow dumps, the failures' undoing) loads the
+    machine but cannot stretch a transfer: the CPU rules read to t_replay_end_ns when the run
+    recorded it, to t_end_ns before that (older runs keep their verdicts)."""
+    path, clock = _raw(run, "zcube") / "cpu.jsonl", _raw(run, "zcube") / "run_clock.json"
+    c = json.loads(clock.read_text())
+    inside = [i for i, r in enumerate(read_jsonl(path)[:-1]) if c["t0_ns"] < r["t_ns"] and r["t_ns"] < c["t_end_ns"]]
+    assert len(inside) >= 3, "the committed run has too few sample intervals inside its replay"
+    last = inside[-1]
+    _saturate_interval(path, last)
+    assert any(r.startswith("CPU-bound: the machine at") for r in _reasons(run, "zcube"))
+    end = read_jsonl(path)[last]["t_ns"] - 1  # the last message done just before that interval began
+    _edit_json(clock, lambda d: dict(d, t_replay_end_ns=end))
+    assert report.build(run, plots_too=False)["fabrics"]["zcube"]["repeats"][0]["fidelity"] == {
+        "valid": True,
+        "reasons": [],
+    }
+
+
 def test_rule_late_samples_count_the_whole_stall(run):
     q = _raw(run, "zcube") / "queues.jsonl"
     _rewrite_jsonl(q, lambda r: dict(r, late=r["samples"] // 5) if r.get("type") == "footer" else r)
