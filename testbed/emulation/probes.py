@@ -354,9 +354,17 @@ def send_udp(live: LiveRun, src_port_name: str, dst_ip: str, sport: int, count: 
         raise RuntimeError(f"UDP probe from {src_port_name} failed: {res.stderr.strip()}")
 
 
-def _counted(switches, before, groups_before, count) -> list[tuple[str, int]]:
+# OVS's revalidators push datapath counters to OpenFlow entries every 500 ms (other_config:max-revalidator)
+SETTLE_S = 1.2
+
+
+def _dump_all(switches: list[str]) -> dict[str, dict]:
+    return {sw: dump_flows(sw) for sw in switches}
+
+
+def _counted(switches, before, groups_before, count, after=None) -> list[tuple[str, int]]:
     """(switch, out port) of every entry that counted at least `count` more packets than before."""
-    after = settled_flows(switches)
+    after = settled_flows(switches) if after is None else after
     observed = []
     for sw in switches:
         for key, n in after[sw].items():
@@ -368,7 +376,7 @@ def _counted(switches, before, groups_before, count) -> list[tuple[str, int]]:
                 gid = int(key[2].split(":")[1].split(",")[0])
                 now = dump_group_buckets(sw)
                 for b, port in ((0, gid >> 16), (1, gid & 0xFFFF)):
-                    if now.get((gid, b), 0) - groups_before[sw].get((gid, b), 0) >= count:
+                    if now.get((gid, b), 0) - groups_before.get(sw, {}).get((gid, b), 0) >= count:
                         observed.append((sw, port))
     return observed
 
@@ -392,14 +400,20 @@ def prove_path(live: LiveRun, src_port: str, dst: str, sport: int = 49152, count
     fab = live.fabric
     model = route(fab, src_port, dst, sport=sport, tables=tables)
     switches = [sw.name for sw in fab.switches]
-    before = settled_flows(switches)  # earlier traffic may still be reaching the counters
-    groups_before = {sw: dump_group_buckets(sw) for sw in switches}
+    # One dump of every switch per reading, each after the revalidators' push: every dump costs
+    # ovs-vswitchd a few main-loop wake-ups, each a sweep of all its ports (about 10 ms of its CPU
+    # per switch at 1,024 ports), and waiting for two equal snapshots took 5 to 9 rounds of 32
+    # switches (24-29 s of ovs-vswitchd at 0.6-0.7 of a core after a 256-GPU replay).
+    time.sleep(SETTLE_S)  # earlier traffic may still be reaching the counters
+    before = _dump_all(switches)
+    with_groups = [sw for sw in switches if any(k[2].startswith("group:") for k in before[sw])]
+    groups_before = {sw: dump_group_buckets(sw) for sw in with_groups}
     send_udp(live, src_port, model.dst_ip, sport, count)
     hops = [(h.switch, h.out_port) for h in model.hops]
     for _attempt in range(3):  # OVS pushes datapath counters to entries lazily, not all switches at once
-        observed = _counted(switches, before, groups_before, count)
+        time.sleep(SETTLE_S)
+        observed = _counted(switches, before, groups_before, count, _dump_all(switches))
         if sorted(observed) == sorted(hops):
             break
-        time.sleep(1.0)
     observed.sort(key=lambda x: hops.index(x) if x in hops else len(hops))
     return PathProof(src_port, model.dst_port, sport, hops, observed)
