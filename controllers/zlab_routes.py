@@ -172,6 +172,9 @@ def parse_lldp(data: bytes):
     return int(cid[5:], 16), struct.unpack("!I", port.port_id)[0]
 
 
+MOD_CHUNK = 256  # flow-mods sent between two yields of the controller's event loop
+
+
 class ZlabRoutes(BaseApp):
     OFP_VERSIONS = [ofproto_v1_3.OFP_VERSION]
 
@@ -229,8 +232,9 @@ class ZlabRoutes(BaseApp):
         if backup is not None:  # fast-failover: the groups before the entries that use them
             for mod in ff_groups(dp, [(e["out_port"], backup(e)) for e in entries if backup(e) is not None]):
                 dp.send_msg(mod)
-        for mod in build_flow_mods(dp, entries, backup):
-            dp.send_msg(mod)
+        mods = build_flow_mods(dp, entries, backup)
+        for k in range(0, len(mods), MOD_CHUNK):
+            self._send_chunk(dp, mods[k : k + MOD_CHUNK])
         dp.send_msg(dp.ofproto_parser.OFPBarrierRequest(dp))
         dp.send_msg(dp.ofproto_parser.OFPPortDescStatsRequest(dp, 0))
         self.datapaths[dp.id] = dp
@@ -321,13 +325,20 @@ class ZlabRoutes(BaseApp):
             delete, add = diff(self.current[name], entries)
             if dp is None or not (delete or add):
                 continue
-            for mod in entry_mods(dp, delete, add, self._backup_of(name)):
-                dp.send_msg(mod)
+            self.current[name] = list(entries)  # before the sends below yield: a concurrent diff sees it
+            backup = self._backup_of(name)
+            # adds, then deletes (make before break), in chunks with a yield after each: building and
+            # serializing a ROFT leaf's 16,400 entries took the controller 3-8 s without one, the
+            # other switches' echo requests went unanswered, OVS dropped them after its 5 s
+            # inactivity probe, and each reconnection re-sent a whole table (30 in one run)
+            for k in range(0, len(add), MOD_CHUNK):
+                self._send_chunk(dp, entry_mods(dp, [], add[k : k + MOD_CHUNK], backup))
+            for k in range(0, len(delete), MOD_CHUNK):
+                self._send_chunk(dp, entry_mods(dp, delete[k : k + MOD_CHUNK], [], backup))
             barrier = dp.ofproto_parser.OFPBarrierRequest(dp)
             dp.set_xid(barrier)
             self.barriers[barrier.xid] = name
             dp.send_msg(barrier)
-            self.current[name] = list(entries)
             self.fail_log.write(
                 {
                     "t_ns": time.monotonic_ns(),
@@ -338,6 +349,12 @@ class ZlabRoutes(BaseApp):
                     "down_links": sorted(down),
                 }
             )
+
+    @staticmethod
+    def _send_chunk(dp, mods) -> None:
+        for mod in mods:
+            dp.send_msg(mod)
+        hub.sleep(0)  # let the other switches' channels (echo replies, port status) run
 
     @set_ev_cls(ofp_event.EventOFPBarrierReply, MAIN_DISPATCHER)
     def on_barrier(self, ev):
