@@ -214,6 +214,8 @@ class ZlabRoutes(BaseApp):
             self.down_gray: set[int] = set()
             self.detected: frozenset = frozenset()
             self.barriers: dict[int, str] = {}
+            self.pending: frozenset | None = None  # the latest detected state not yet installed
+            self.installing = False
             self.probe_seq = 0
             self.probes_sent = self.probes_back = 0
             hub.spawn(self._fail_loop)
@@ -313,7 +315,22 @@ class ZlabRoutes(BaseApp):
             }
         )
         if self.plan.mode in ("controller", "fast-failover", "both"):
-            self._install(down)
+            # not in this event handler: while it runs the app reads no events, its queue fills
+            # with the switches' replies, os-ken's receive loops block on it, OVS stops reading a
+            # channel whose replies go unread and drops it after its inactivity probe (measured:
+            # 24-188 disconnections while a ROFT recovery sent 16 x 16,400 entries)
+            self.pending = down
+            if not self.installing:
+                self.installing = True
+                hub.spawn(self._installer)
+
+    def _installer(self) -> None:
+        try:
+            while self.pending is not None:
+                down, self.pending = self.pending, None
+                self._install(down)
+        finally:
+            self.installing = False
 
     def _install(self, down: frozenset) -> None:
         target = self.plan.target(down)
