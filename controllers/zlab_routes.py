@@ -337,9 +337,12 @@ class ZlabRoutes(BaseApp):
         if target is None:
             self.fail_log.write({"t_ns": time.monotonic_ns(), "event": "unplanned", "down_links": sorted(down)})
             return
-        for name, entries in target.items():
+        changes = {name: diff(self.current[name], entries) for name, entries in target.items()}
+        # the smallest changes first: the switches at the failed cable (a ROFT leaf there changes
+        # 949 entries, the other leaves 16,400 each) stop sending into it seconds, not a minute, sooner
+        for name in sorted(changes, key=lambda n: sum(map(len, changes[n]))):
+            entries, (delete, add) = target[name], changes[name]
             dp = self.datapaths.get(self.switches[name]["dpid"])
-            delete, add = diff(self.current[name], entries)
             if dp is None or not (delete or add):
                 continue
             self.current[name] = list(entries)  # before the sends below yield: a concurrent diff sees it
