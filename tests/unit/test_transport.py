@@ -355,7 +355,10 @@ def test_apm_moves_a_stuck_qp_to_its_alternate_ports_and_completes(monkeypatch):
     assert rec["integrity_ok"] and rec["qp_migrations"] == 1
     assert (rec["src"], rec["dst"]) == ("g0-p1", "g1-p0") and conn.home == ("g0-p0", "g1-p1")
     assert conn.req.c.timeouts >= 1 and conn.req.c.retransmits > 0
-    assert len(conn.stalls) == 1 and conn.stalls[0][1] - conn.stalls[0][0] >= 30_000_000
+    # the dark cable's stall comes first and lasts at least the RTO; a busy machine (the unit tier
+    # on both cores) may add a later stall just over stall_ns (one of 5.3 ms was seen), never one that long
+    long = [s for s in conn.stalls if s[1] - s[0] >= 30_000_000]
+    assert len(long) == 1 and long[0] == conn.stalls[0], conn.stalls
     agent.close()
 
 
