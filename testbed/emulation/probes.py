@@ -321,14 +321,18 @@ def dump_group_buckets(switch: str) -> dict[tuple[int, int], int]:
     return out
 
 
+def _dump_all(switches: list[str]) -> dict[str, dict]:
+    return {sw: dump_flows(sw) for sw in switches}
+
+
 def settled_flows(switches: list[str], timeout_s: float = 6.0) -> dict[str, dict]:
     """OVS pushes datapath counters to OpenFlow entries lazily (revalidators, ~0.5-1 s):
     poll until two snapshots 0.6 s apart agree."""
     deadline = time.monotonic() + timeout_s
-    prev = {sw: dump_flows(sw) for sw in switches}
+    prev = _dump_all(switches)
     while True:
         time.sleep(0.6)
-        cur = {sw: dump_flows(sw) for sw in switches}
+        cur = _dump_all(switches)
         if cur == prev or time.monotonic() > deadline:
             return cur
         prev = cur
@@ -358,13 +362,9 @@ def send_udp(live: LiveRun, src_port_name: str, dst_ip: str, sport: int, count: 
 SETTLE_S = 1.2
 
 
-def _dump_all(switches: list[str]) -> dict[str, dict]:
-    return {sw: dump_flows(sw) for sw in switches}
-
-
-def _counted(switches, before, groups_before, count, after=None) -> list[tuple[str, int]]:
-    """(switch, out port) of every entry that counted at least `count` more packets than before."""
-    after = settled_flows(switches) if after is None else after
+def _counted(switches, before, groups_before, count, after) -> list[tuple[str, int]]:
+    """(switch, out port) of every entry that counted at least `count` more packets from dump
+    `before` to dump `after`."""
     observed = []
     for sw in switches:
         for key, n in after[sw].items():

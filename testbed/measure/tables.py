@@ -77,6 +77,14 @@ LINK_BYTES_COLUMNS = [
 ]
 
 
+def _shared_strs(values) -> np.ndarray:
+    """An object array of these very str objects: tiled into a column of T x P rows, every row refers
+    to one of the P strings (a fixed-width unicode array becomes one new str per row in pandas)."""
+    out = np.empty(len(values), dtype=object)
+    out[:] = list(values)
+    return out
+
+
 class FabricData:
     """One fabric's raw data of one repeat, as tables."""
 
@@ -230,10 +238,7 @@ class FabricData:
         # object arrays of the P names, tiled: every row refers to the same P str objects. Why: tiling the
         # list made a fixed-width unicode array that pandas turned into one new str per row, 2 x 19 M
         # strings (about 2.4 GB) for a 256-GPU fabric's samples; the column (dtype object, values) is the same
-        names = np.empty(P, dtype=object)
-        names[:] = ports
-        tiers = np.empty(P, dtype=object)
-        tiers[:] = self.port_tiers(ports)
+        names, tiers = _shared_strs(ports), _shared_strs(self.port_tiers(ports))
         rate = np.tile(self.port_rate_bps(ports), T)
         # copy=False: the counter columns are the sample arrays themselves (flattened views), not a second copy
         return pd.DataFrame(
@@ -288,8 +293,7 @@ class FabricData:
         drop = (d[i1] - d[i0]) * 8.0 * frame
         cap = rate * dt_s[:, None]
         beyond = sent - 16.0 * self.burst_bytes
-        names = np.empty(len(ports), dtype=object)
-        names[:] = ports
+        names = _shared_strs(ports)
         W, P = sent.shape
         # carried_beyond_frame: what the link carried beyond the two frames a token bucket of one
         # frame's depth can send ahead of line rate (the banked frame, and the one that takes the
