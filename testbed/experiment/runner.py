@@ -35,6 +35,7 @@ from ..errors import UserInputError
 from ..fabric import failures
 from ..records import JsonLines, read_json, read_jsonl, write_json
 from . import schedule
+from .quiet import wait_for_quiet
 from .resolve import Experiment, FabricRun, Repeat
 
 # The agent plays the NICs: on a 2-core machine shared with ovs-vswitchd and the kernel's
@@ -172,7 +173,8 @@ def _take(
     exp: Experiment, fr: FabricRun, rep: Repeat, lf: LiveFabric, live: LiveRun, log, bar, cc: _Congestion | None = None
 ) -> tuple[str, list]:
     """Replay one repeat and judge it: a complete repeat the hypervisor's steal voided is set
-    aside (raw/rep<k>.void<n>) and replayed with the same seed, up to the spec's steal_retakes;
+    aside (raw/rep<k>.void<n>) and replayed with the same seed, up to the spec's steal_retakes,
+    each retake after the steal has calmed down (at most steal_wait_s: steal comes in episodes);
     returns the last attempt's status and the voided attempts."""
     m = exp.measurement
     voided = []
@@ -184,11 +186,16 @@ def _take(
         raw = lf.dir / "raw" / f"rep{rep.index}"
         kept = raw.with_name(f"rep{rep.index}.void{len(voided) + 1}")
         raw.rename(kept)
-        voided.append({"folder": kept.name, "reason": reason})
         log(
             f"[zlab]   {fr.label} {rep.index + 1}/{len(fr.repeats)}: voided ({reason}); re-taking it "
-            f"({len(voided)}/{m['steal_retakes']}), the attempt kept in raw/{kept.name}"
+            f"({len(voided) + 1}/{m['steal_retakes']}), the attempt kept in raw/{kept.name}"
         )
+        waited_s, quiet = wait_for_quiet(m["max_steal_fraction"], m["steal_wait_s"], log)
+        voided.append({"folder": kept.name, "reason": reason, "waited_s": round(waited_s, 1), "quiet": quiet})
+        if not quiet:
+            log(
+                f"[zlab]   steal still over the limit after {waited_s:.0f} s (measurement.steal_wait_s); re-taking anyway"
+            )
 
 
 def stolen(exp: Experiment, fdir: Path, repeat: int) -> str | None:

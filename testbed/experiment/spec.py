@@ -130,6 +130,9 @@ SCHEMA = {
             # a repeat voided by steal alone (a cause outside the run) is re-taken up to this many times; the
             # voided attempt stays on disk (raw/rep<k>.void<n>/) and the report lists it
             steal_retakes=_n(2, 0, False, integer=True),
+            # before each retake, wait until the steal stays under max_steal_fraction for 3 s, at most this long
+            # (steal comes in episodes: a retake at once lands in the same one)
+            steal_wait_s=_n(120, 0, False),
             max_late_sample_fraction=_n(0.05, 0, False),
             min_calibration_ratio=_n(0.9, 0, False),
             max_carried_util=_n(1.02, 0),
@@ -218,6 +221,7 @@ DESCRIPTIONS = {
     "measurement.max_machine_cpu_fraction": "largest share of the machine's cores in use",
     "measurement.max_steal_fraction": "largest share of the cores the hypervisor may steal in any ~250 ms interval",
     "measurement.steal_retakes": "times a repeat voided by steal alone is re-taken (the voided one stays on disk)",
+    "measurement.steal_wait_s": "longest wait, seconds, for the steal to calm down before a retake",
     "measurement.max_late_sample_fraction": "largest share of queue samples that may come late",
     "measurement.min_calibration_ratio": "smallest calibrated goodput as a share of a path's configured rate",
     "measurement.max_carried_util": "largest carried link utilisation (above 1: the shaper leaked)",

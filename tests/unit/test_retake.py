@@ -64,14 +64,18 @@ def test_steal_voided_repeats_are_retaken_and_kept(tmp_path, monkeypatch, retake
         return "complete"
 
     it = iter(verdicts)
+    waits = []
     monkeypatch.setattr(runner, "replay", fake_replay)
     monkeypatch.setattr(runner, "stolen", lambda *a: next(it))
+    monkeypatch.setattr(runner, "wait_for_quiet", lambda limit, max_s, log: waits.append((limit, max_s)) or (4.0, True))
     runner.run_fabric(exp, fr, tmp_path, log=lambda *_: None)
     assert seen == attempts
     replays = json.loads((fdir / "run.json").read_text())["replays"]
     assert [len(r["voided_attempts"]) for r in replays] == [voided, 0]
     for n, v in enumerate(replays[0]["voided_attempts"], 1):
-        assert v == {"folder": f"rep0.void{n}", "reason": verdicts[n - 1]} and (fdir / "raw" / v["folder"]).is_dir()
+        assert v == {"folder": f"rep0.void{n}", "reason": verdicts[n - 1], "waited_s": 4.0, "quiet": True}
+        assert (fdir / "raw" / v["folder"]).is_dir()
+    assert waits == [(0.2, 120)] * voided  # every retake waited for the steal to calm, with the spec's limits
     assert (fdir / "raw" / "rep0").is_dir() and (fdir / "raw" / "rep1").is_dir()
 
 
@@ -108,3 +112,23 @@ def test_the_report_lists_retaken_repeats(tmp_path):
         "seed): zcube repeat 1 (hypervisor steal up to 33 % of the cores (limit 20 %); raw data of the voided "
         "attempt(s) kept in zcube/raw/rep1.void1)"
     ) in text
+
+
+def test_a_retake_waits_until_the_steal_stays_calm_and_the_wait_is_bounded():
+    from testbed.experiment import quiet
+
+    logs = []
+    shares = iter([0.5, 0.1, 0.1, 0.4, 0.1, 0.2, 0.1, 0.9])  # calm needs 3 in a row under 0.2 (0.2 counts)
+    assert quiet.wait_for_quiet(0.2, 60, logs.append, share=lambda: next(shares)) == (7.0, True)
+    stormy = iter([0.5] * 30)
+    waited, ok = quiet.wait_for_quiet(0.2, 25, logs.append, share=lambda: next(stormy))
+    assert (waited, ok) == (25.0, False)
+    assert len(logs) == 2 and "50 % after 20 s" in logs[-1]  # a long wait says so every 10 readings
+
+
+def test_steal_share_is_the_stolen_fraction_of_all_cores():
+    from testbed.experiment import quiet
+
+    readings = iter([(10.0, 3.0, 2), (11.0, 3.5, 2)])  # 0.5 core-s stolen of 2 cores over 1 s
+    share = quiet.steal_share(read=lambda: next(readings), sleep=lambda s: None, window_s=1.0)
+    assert share == 0.25
