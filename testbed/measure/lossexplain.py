@@ -31,7 +31,11 @@ PER_PORT = ("ovs_port_counters", "ovs_sockets", "switch_ports", "host_ports", "h
 
 # OVS datapath drops of frames on their way to the controller (the userspace action of output:CONTROLLER):
 # the controller's link probes and discovery frames, not replay traffic. Measured in the failure e2e runs:
-# thousands per run with link probes on (10 per second per cable direction), none without.
+# thousands per run with link probes on (10 per second per cable direction), none without. OVS 3.1's
+# process_upcall returns EAGAIN after queueing a packet-in, so dp_execute_userspace_action counts every
+# delivered packet-in here. datapath_drop_upcall_error is NOT such a frame (a failed flow-miss upcall:
+# no handler yet, or a frame on a port OVS no longer maps; it can be replay traffic, and it is never the
+# same frame as a userspace-action count), so it stays unexcused (docs/fidelity.md).
 TO_CONTROLLER = {"datapath_drop_userspace_action_error": "frames to the controller (link probes)"}
 
 
