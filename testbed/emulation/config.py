@@ -64,6 +64,13 @@ class EmulationConfig:
             )
         if self.datapath not in ("auto", "netdev", "system"):
             raise EmulationError(f"datapath must be auto, netdev or system (got {self.datapath!r})")
+        if fabric.n_gpus > 1:
+            from ..fabric.hostconf import routes
+
+            try:
+                routes(fabric, 0)  # a host's routes, before anything is brought up
+            except ValueError as exc:
+                raise EmulationError(str(exc)) from None
 
     def to_dict(self) -> dict:
         return asdict(self)

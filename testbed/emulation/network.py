@@ -335,9 +335,14 @@ def _apply_switch_tc(em: Emulation) -> None:
 def host_script(fab: Fabric, gpu: int, cfg: EmulationConfig) -> str:
     """Shell commands that configure one GPU host (pure: tested offline)."""
     ports = [fab.gpu_port(gpu, k) for k in range(fab.ports_per_gpu)]
+    port_rp = " ".join(f"net.ipv4.conf.{p.name.replace('.', '/')}.rp_filter=0" for p in ports)
     cmds = [
-        "sysctl -qw net.ipv6.conf.all.disable_ipv6=1 net.ipv6.conf.default.disable_ipv6=1",
-        "sysctl -qw net.ipv4.conf.all.rp_filter=0 net.ipv4.conf.default.rp_filter=0",
+        # one sysctl process per host (at 1,024 GPUs every process spawned per host is a thousand);
+        # drop_unicast_in_l2_multicast=0: accept the kernel stack's frames to hostconf's group gateway MAC
+        "sysctl -qw net.ipv6.conf.all.disable_ipv6=1 net.ipv6.conf.default.disable_ipv6=1"
+        " net.ipv4.conf.all.rp_filter=0 net.ipv4.conf.default.rp_filter=0"
+        " net.ipv4.conf.all.drop_unicast_in_l2_multicast=0 net.ipv4.conf.default.drop_unicast_in_l2_multicast=0"
+        f" {port_rp}",
         # RoCE frames are read from packet sockets by the agent; the kernel's UDP stack must
         # not answer them with ICMP port-unreachable (packet sockets see frames before this)
         "nft add table inet zlab",
@@ -345,7 +350,6 @@ def host_script(fab: Fabric, gpu: int, cfg: EmulationConfig) -> str:
         "nft add rule inet zlab input udp dport 4791 drop",
     ]
     for p in ports:
-        cmds.append(f"sysctl -qw net.ipv4.conf.{p.name.replace('.', '/')}.rp_filter=0")
         cmds.append(f"ethtool -K {p.name} tx off >/dev/null")
     batch = ip_commands(fab, gpu, cfg.mtu_bytes)
     script = "\n".join(cmds) + "\nip -batch - <<'ZLAB_EOF'\n" + "\n".join(batch) + "\nZLAB_EOF\n"
