@@ -337,17 +337,14 @@ def host_script(fab: Fabric, gpu: int, cfg: EmulationConfig) -> str:
     ports = [fab.gpu_port(gpu, k) for k in range(fab.ports_per_gpu)]
     port_rp = " ".join(f"net.ipv4.conf.{p.name.replace('.', '/')}.rp_filter=0" for p in ports)
     cmds = [
-        # one sysctl process per host (at 1,024 GPUs every process spawned per host is a thousand);
-        # drop_unicast_in_l2_multicast=0: accept the kernel stack's frames to hostconf's group gateway MAC
+        # one sysctl and one nft process per host (at 1,024 GPUs each process per host is a thousand)
         "sysctl -qw net.ipv6.conf.all.disable_ipv6=1 net.ipv6.conf.default.disable_ipv6=1"
-        " net.ipv4.conf.all.rp_filter=0 net.ipv4.conf.default.rp_filter=0"
-        " net.ipv4.conf.all.drop_unicast_in_l2_multicast=0 net.ipv4.conf.default.drop_unicast_in_l2_multicast=0"
-        f" {port_rp}",
+        f" net.ipv4.conf.all.rp_filter=0 net.ipv4.conf.default.rp_filter=0 {port_rp}",
         # RoCE frames are read from packet sockets by the agent; the kernel's UDP stack must
         # not answer them with ICMP port-unreachable (packet sockets see frames before this)
-        "nft add table inet zlab",
-        "nft add chain inet zlab input '{ type filter hook input priority 0; }'",
-        "nft add rule inet zlab input udp dport 4791 drop",
+        "nft -f - <<'ZLAB_EOF'\nadd table inet zlab\n"
+        "add chain inet zlab input { type filter hook input priority 0; }\n"
+        "add rule inet zlab input udp dport 4791 drop\nZLAB_EOF",
     ]
     for p in ports:
         cmds.append(f"ethtool -K {p.name} tx off >/dev/null")

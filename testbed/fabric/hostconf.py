@@ -1,20 +1,14 @@
-"""A GPU host's addressing as `ip` commands (pure): each NIC port's address, and which port the
-traffic to each destination address leaves through (the kind's address rule), as a few prefix
-routes through one on-link gateway per port. The Mininet builder and the containerlab export
-both use it.
+"""A GPU host's addressing as `ip` commands (pure): each NIC port's address, which port the
+traffic to each destination address leaves through (the kind's address rule) as a few prefix
+routes, and a permanent neighbour entry per destination. The Mininet builder and the
+containerlab export both use it.
 
-Why a gateway and prefixes, not a /32 route and a neighbour per destination: the switches
-forward on the IPv4 destination alone (controllers/ install ipv4_dst entries), so the frame's
-destination MAC only has to be accepted by the receiving host. A /32 route and a permanent
-neighbour per destination made host configuration grow with GPUs squared (2 x 2,046 commands in
-each of 1,024 hosts: 248 s of a 1,024-GPU bring-up). Each plane's addresses are one /16
-(`ids.gpu_ip`), so a port gets one route per plane it reaches (plus /32 exceptions where the
-address rule splits a plane between ports, e.g. ZCube's shortcut) via GATEWAY_IP, whose one
-permanent neighbour entry is GATEWAY_MAC, a locally administered group address: every host
-accepts unicast IP in an L2 group frame (net.ipv4.conf.*.drop_unicast_in_l2_multicast = 0,
-the kernel's default, set explicitly by the host script). This is only the kernel stack's
-traffic (probes, ping, iperf3 calibration); the agents build their RoCE frames themselves with
-the destination NIC's own MAC."""
+Why prefixes: each plane's addresses are one /16 (`ids.gpu_ip`), so a port needs one route per
+plane it reaches (plus /32 exceptions where the address rule splits a plane between ports), not
+one per destination: half of a host's commands at any size. The neighbour entries stay one per
+destination: the frame must carry the destination NIC's own MAC, because the receiving kernel's
+TCP drops frames not addressed to it (iperf3's control connection), and nothing in the fabric
+answers ARP (nothing floods)."""
 
 from __future__ import annotations
 
@@ -26,16 +20,22 @@ import numpy as np
 from .model import Fabric
 from .paths import dst_address
 
-GATEWAY_IP = "169.254.90.1"  # link-local: never a GPU address, never on the wire as an IP
-GATEWAY_MAC = "03:5a:00:00:00:00"  # group bit set, locally administered ('5a' = 'Z'), never a NIC's
 
-
-def _plane_net(ip: str) -> ipaddress.IPv4Network:
-    return ipaddress.IPv4Network(f"{ip}/16", strict=False)  # ids.gpu_ip: 10.<plane>.<hi>.<lo>
+def _plane_net(ip: str) -> str:
+    """The /16 holding an address (ids.gpu_ip: 10.<plane>.<hi>.<lo>): string work, not ipaddress,
+    because it runs for every port of every host (2 million times at 1,024 GPUs)."""
+    a, b, _, _ = ip.split(".")
+    return f"{a}.{b}.0.0/16"
 
 
 def routes(fab: Fabric, gpu: int) -> list[tuple[str, str | None]]:
-    """(destination prefix, source port name or None = unreachable) for one GPU, exact for every
+    """(destination prefix, source port name or None = unreachable) for one GPU (see _plan)."""
+    return _plan(fab, gpu)[0]
+
+
+def _plan(fab: Fabric, gpu: int) -> tuple[list[tuple[str, str | None]], dict[int, str]]:
+    """The routes, and per destination port id the source port the address rule sends it from.
+    Routes: (destination prefix, source port name or None = unreachable), exact for every
     other GPU's addresses: per plane, the port that reaches most of the plane's addresses gets
     the /16; the plane's other addresses get /32s to their own port, or `unreachable` where the
     address rule gives them to no port (nothing falls through to a wrong port)."""
@@ -50,35 +50,36 @@ def routes(fab: Fabric, gpu: int) -> list[tuple[str, str | None]]:
                     "host's routing table chooses by destination alone (e.g. zcube shortcut=1); the emulation "
                     "cannot configure this fabric's hosts"
                 )
-    planes: dict[ipaddress.IPv4Network, list[int]] = {}
+    planes: dict[str, list[int]] = {}
     gp = fab.n_gpus * fab.ports_per_gpu
     own = {p.id for p in ports}
     for q in fab.ports[:gp]:
         if q.node != ports[0].node and q.id not in own:
             planes.setdefault(_plane_net(q.ip), []).append(q.id)
     out: list[tuple[str, str | None]] = []
-    for net, members in sorted(planes.items(), key=lambda kv: int(kv[0].network_address)):
+    for net, members in sorted(planes.items(), key=lambda kv: ipaddress.IPv4Network(kv[0])):
         reached = Counter(via[m] for m in members if m in via)
         if not reached:
             continue  # no port reaches this plane: no route, the kernel says unreachable itself
         main, _ = max(reached.items(), key=lambda kv: (kv[1], kv[0]))
-        out.append((str(net), main))
+        out.append((net, main))
         out += [(f"{fab.ports[m].ip}/32", via.get(m)) for m in members if via.get(m) != main]
-    return out
+    return out, via
 
 
 def ip_commands(fab: Fabric, gpu: int, mtu_bytes: int) -> list[str]:
-    """`ip` subcommands (no leading `ip`), in order: links up, addresses, the gateway's neighbour
-    entry, routes."""
+    """`ip` subcommands (no leading `ip`), in order: links up, addresses, routes, neighbours."""
     ports = {p.name: p for p in (fab.gpu_port(gpu, k) for k in range(fab.ports_per_gpu))}
     out = []
     for p in ports.values():
         out.append(f"link set dev {p.name} mtu {mtu_bytes} up")
         out.append(f"addr add {p.ip}/32 dev {p.name}")
-        out.append(f"neigh replace {GATEWAY_IP} lladdr {GATEWAY_MAC} dev {p.name} nud permanent")
-    for prefix, name in routes(fab, gpu):
-        if name is None:
-            out.append(f"route add unreachable {prefix}")
-        else:
-            out.append(f"route add {prefix} via {GATEWAY_IP} dev {name} onlink src {ports[name].ip}")
+    rs, via = _plan(fab, gpu)
+    for prefix, name in rs:
+        out.append(
+            f"route add unreachable {prefix}" if name is None else f"route add {prefix} dev {name} src {ports[name].ip}"
+        )
+    for a, name in sorted(via.items()):
+        q = fab.ports[a]
+        out.append(f"neigh replace {q.ip} lladdr {q.mac} dev {name} nud permanent")
     return out

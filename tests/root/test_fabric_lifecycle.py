@@ -106,7 +106,7 @@ def _break_and_probe(live):
     finally:
         live.in_host(
             "g0",
-            ["ip", "route", "add", plane, "via", hostconf.GATEWAY_IP, "dev", cons0.name, "onlink", "src", cons0.ip],
+            ["ip", "route", "add", plane, "dev", cons0.name, "src", cons0.ip],
         )
     by_route = sorted(f"{cons0.name} -> {fab.gpu_port_by_role(g, 'rail').name}" for g in range(1, gpus))
     by_entry = sorted(f"{fab.gpu_port_by_role(g, 'rail').name} -> {cons4.name}" for g in range(gpus) if g != 4)

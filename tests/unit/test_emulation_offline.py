@@ -47,12 +47,13 @@ def test_tc_commands_shape_and_bound_the_queue():
 def test_zcube_host_routes_follow_the_address_rule():
     script = host_script(Z4, 0, EmulationConfig())
     # cons (g0-p0, 10.1.0.1) reaches every other GPU's rail address (plane 2); rail reaches cons addresses
-    assert "route add 10.2.0.0/16 via 169.254.90.1 dev g0-p0 onlink src 10.1.0.1" in script
-    assert "route add 10.1.0.0/16 via 169.254.90.1 dev g0-p1 onlink src 10.2.0.1" in script
-    assert "neigh replace 169.254.90.1 lladdr 03:5a:00:00:00:00 dev g0-p0 nud permanent" in script
+    assert "route add 10.2.0.0/16 dev g0-p0 src 10.1.0.1" in script
+    assert "route add 10.1.0.0/16 dev g0-p1 src 10.2.0.1" in script
+    assert "neigh replace 10.2.0.6 lladdr 02:5a:02:00:00:06 dev g0-p0 nud permanent" in script
+    assert "neigh replace 10.1.0.6 lladdr 02:5a:01:00:00:06 dev g0-p1 nud permanent" in script
     assert "addr add 10.1.0.1/32 dev g0-p0" in script
-    assert "drop_unicast_in_l2_multicast=0" in script  # the group gateway MAC is accepted, explicitly
-    assert script.count("route add") == 2 and script.count("neigh replace") == 2  # not one per destination
+    assert script.count("route add") == 2  # one per plane, not one per destination
+    assert script.count("neigh replace") == 2 * 15  # each port: every other GPU's address it sends to
     # the shortcut reaches a same-switch peer's address from one port and, through the other switch, from the
     # other: a routing table chooses by destination alone, so the emulation says so before bringing anything up
     # (before: the host script failed with "File exists" at bring-up)
@@ -70,7 +71,7 @@ def _lpm(cmds: list[str], addr: str) -> str | None:
         w = c.split()
         if w[:2] != ["route", "add"]:
             continue
-        kind, net = ("unreachable", w[3]) if w[2] == "unreachable" else ("dev", w[2])
+        kind, net = ("unreachable", w[3]) if w[2] == "unreachable" else ("dev", w[2])  # route add [unreachable] NET
         n = ipaddress.IPv4Network(net)
         if ipaddress.IPv4Address(addr) in n and (best is None or n.prefixlen > best[0].prefixlen):
             best = (n, None if kind == "unreachable" else w[w.index("dev") + 1])
@@ -104,6 +105,9 @@ def test_prefix_routes_send_every_address_where_the_address_rule_does(spec):
             if q.node != fab.gpu_port(gpu, 0).node:
                 assert _lpm(cmds, q.ip) == want.get(q.id), (spec, gpu, q.name)
         assert len([c for c in cmds if c.startswith("route")]) <= fab.ports_per_gpu * 2 + fab.n_gpus
+        # the frame carries the destination NIC's own MAC, from the port its route leaves through
+        neigh = {c.split()[2]: (c.split()[4], c.split()[6]) for c in cmds if c.startswith("neigh")}
+        assert neigh == {fab.ports[a].ip: (fab.ports[a].mac, dev) for a, dev in want.items()}
 
 
 def test_miswire_swaps_far_ends():
