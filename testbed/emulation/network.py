@@ -23,6 +23,7 @@ from ..lab.sh import CommandError, run
 from ..lab.state import datapath as recorded_datapath
 from . import faultpoint
 from .config import EmulationConfig, EmulationError, LabFailure, frame_bytes, scaled_rate_bps, tc_commands
+from .offload import tx_checksum_off
 
 
 def _mininet():
@@ -244,11 +245,13 @@ def build(em: Emulation, controller_port: int) -> Emulation:
     em.timings_s["mininet_build"] = time.perf_counter() - t0
     t1 = time.perf_counter()
     _configure_switch_ports(em)
+    em.timings_s["configure_switch_ports"] = time.perf_counter() - t1
     _configure_hosts(em)
     em.timings_s["configure"] = time.perf_counter() - t1
     t2 = time.perf_counter()
     net.start()
     _check_ports_attached(em)
+    em.timings_s["start_bridges"] = time.perf_counter() - t2
     faultpoint.hit("bridges")
     _leave_qdiscs_to_us(em)
     _apply_switch_tc(em)
@@ -266,8 +269,10 @@ def _configure_switch_ports(em: Emulation) -> None:
     for p in _switch_ports(fab):
         lines.append(f"link set dev {p.name} mtu {cfg.mtu_bytes} up")
     run(["ip", "-batch", "-"], input="\n".join(lines) + "\n")
-    for p in _switch_ports(fab):
-        run(["ethtool", "-K", p.name, "tx", "off"])  # userspace OVS: no checksum offload
+    try:
+        tx_checksum_off(p.name for p in _switch_ports(fab))  # userspace OVS: no checksum offload
+    except OSError as exc:
+        raise CommandError(str(exc)) from None
 
 
 def _leave_qdiscs_to_us(em: Emulation) -> None:
