@@ -186,10 +186,12 @@ def test_healthy_tables_are_untouched():
 )
 def test_resilience_at_1024_gpus_is_exhaustive_and_fast(spec, policy):
     fab = build_fabric(spec)
-    t0 = time.perf_counter()
+    # CPU seconds of this process, not wall time: under CI's two xdist workers on two cores the
+    # other worker and the hypervisor's steal stretched the wall time to 54 s of a 35 s sweep
+    t0 = time.process_time()
     r = sweep(fab, pattern(fab, "rank-shifted"), policy)
-    took = time.perf_counter() - t0
+    took = time.process_time() - t0
     assert r["scenarios_run"] == r["scenarios_total"] == len(fab.links) + len(fab.switches)
-    assert took < 60, f"{spec}: {took:.1f} s"
+    assert took < 60, f"{spec}: {took:.1f} CPU-s"
     if policy == "both":  # every single failure keeps every transfer (host failover)
         assert all(c["scenarios_losing_transfers"] == 0 for c in r["classes"].values())
