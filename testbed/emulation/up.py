@@ -44,6 +44,21 @@ def controller_command(framework: str, run_dir: Path, port: int, extra: list[str
     raise EmulationError(f"controller {framework!r}: valid: {', '.join(CONTROLLERS)}")
 
 
+# The controller polls every switch's flow and port statistics once per period. At 1,024 GPUs
+# (ZCube(32,2): 64 tables of 1,058 entries) a 1 s period asked for 67,712 entries a second: the
+# controller used 96 % of a core parsing them, ovs-vswitchd ran 2 s poll loops, and switches
+# dropped their channels and were re-sent their tables (145 installs for 64 switches in 10 min;
+# 2026-12-07). At 256 GPUs and 1 s (ZCube(16,2): 8,768 entries a second; the 256-GPU ROFT: 20,816)
+# the fabrics idle at 0.14 and 0.19 of ovs-vswitchd's core (docs/emulation.md's size table). So the
+# period is at least the entries over this rate (assumption between the two).
+STATS_ENTRIES_PER_S = 20_000
+
+
+def stats_period_s(floor_s: float, entries: int) -> float:
+    """The controller's statistics period: the requested one, longer where the tables are large."""
+    return max(floor_s, entries / STATS_ENTRIES_PER_S)
+
+
 def free_port() -> int:
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
@@ -86,7 +101,8 @@ class LiveFabric:
         self.check_reachability = check_reachability
         self.log = log
         self.table_timeout_s = table_timeout_s
-        self.controller_args = ["--stats-interval", str(stats_interval_s), "--lldp-interval", str(lldp_interval_s)]
+        self.stats_interval_s = stats_interval_s  # the floor; _start raises it with the tables (stats_period_s)
+        self.lldp_interval_s = lldp_interval_s
         if controller not in CONTROLLERS:
             raise EmulationError(f"controller {controller!r}: valid: {', '.join(CONTROLLERS)}")
         self.framework = controller
@@ -147,10 +163,19 @@ class LiveFabric:
             f"{self.cfg.rate_scale:g} ({fab.ports[0].rate_bps * self.cfg.rate_scale / 1e6:g} Mb/s per GPU port), "
             f"MTU {self.cfg.mtu_bytes}, egress queue {self.cfg.queue_limit_pkts} packets"
         )
+        entries = sum(self.expected_flow_counts().values())
+        stats_s = stats_period_s(self.stats_interval_s, entries)
+        if stats_s > self.stats_interval_s:
+            self.log(
+                f"[zlab]   controller statistics every {stats_s:.1f} s, not {self.stats_interval_s:g} s: "
+                f"{entries} flow entries, at most {STATS_ENTRIES_PER_S} polled per second"
+            )
+        self.timings_s["controller_stats_interval_s"] = stats_s
+        args = ["--stats-interval", f"{stats_s:g}", "--lldp-interval", str(self.lldp_interval_s)]
         (self.dir / "controller").mkdir(exist_ok=True)
         logf = open(self.dir / "controller" / "controller.log", "w")
         self.controller = subprocess.Popen(
-            controller_command(self.framework, self.dir, port, self.controller_args),
+            controller_command(self.framework, self.dir, port, args),
             cwd=REPO,
             env={**os.environ, "PYTHONPATH": str(REPO)},
             stdout=logf,

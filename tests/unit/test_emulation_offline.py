@@ -229,3 +229,18 @@ def test_controller_frameworks_run_the_same_app(tmp_path, monkeypatch):
     ]
     with pytest.raises(EmulationError, match="valid: os-ken, ryu"):
         up.controller_command("nox", tmp_path, 6653, [])
+
+
+def test_the_controller_statistics_period_grows_with_the_tables():
+    """At most STATS_ENTRIES_PER_S flow entries polled a second: 1,024 GPUs at 1 s (67,712 entries a
+    second) saturated the controller and ovs-vswitchd and dropped switches' channels."""
+    from testbed.emulation.runfolder import flows_document
+    from testbed.emulation.up import STATS_ENTRIES_PER_S, stats_period_s
+
+    def entries(spec):
+        return sum(len(v["entries"]) + 2 for v in flows_document(build_fabric(spec))["switches"].values())
+
+    assert entries("zcube:n=32") == 67_712 and entries("zcube:n=16") == 8_768
+    assert stats_period_s(1.0, entries("zcube:n=16")) == 1.0  # the requested period where it is cheap
+    assert stats_period_s(1.0, entries("zcube:n=32")) == 67_712 / STATS_ENTRIES_PER_S > 3
+    assert stats_period_s(5.0, entries("zcube:n=32")) == 5.0  # a run's longer period stays
