@@ -244,3 +244,39 @@ def test_the_controller_statistics_period_grows_with_the_tables():
     assert stats_period_s(1.0, entries("zcube:n=16")) == 1.0  # the requested period where it is cheap
     assert stats_period_s(1.0, entries("zcube:n=32")) == 67_712 / STATS_ENTRIES_PER_S > 3
     assert stats_period_s(5.0, entries("zcube:n=32")) == 5.0  # a run's longer period stays
+
+
+def _table_wait(readings, timeout_s=120.0):
+    """A LiveFabric whose switches report `readings`, one per poll."""
+    from types import SimpleNamespace
+
+    from testbed.emulation import up
+
+    live = up.LiveFabric.__new__(up.LiveFabric)
+    live.table_timeout_s, log = timeout_s, []
+    live.log = log.append
+    live.controller = SimpleNamespace(poll=lambda: None)
+    live.expected_flow_counts = lambda: {"s1": 100, "s2": 100}
+    it = iter(readings)
+    live.installed_counts = lambda: next(it)
+    return live, log
+
+
+def test_a_slow_install_that_progresses_is_waited_for_and_a_stalled_one_fails(monkeypatch):
+    """The limit is on time without progress: a 1,024-GPU ROFT's two million entries outlast any
+    fixed limit while still going in."""
+    from testbed.emulation import up
+
+    clock = {"t": 0.0}
+    monkeypatch.setattr(up.time, "monotonic", lambda: clock["t"])
+    monkeypatch.setattr(up.time, "sleep", lambda s: clock.__setitem__("t", clock["t"] + 10))
+    slow = [{"s1": 10 * k, "s2": 0} for k in range(1, 11)] + [{"s1": 100, "s2": 100}]
+    live, log = _table_wait(slow, timeout_s=15)
+    live.wait_tables()  # 100 s in all, never 15 s without a new entry
+    assert clock["t"] == 100 and any("tables: 40/200 entries after 30 s" in m for m in log)
+
+    clock["t"] = 0.0
+    stalled = [{"s1": 50, "s2": 0}] * 3 + [{"s1": 50, "s2": 0}] * 10
+    live, _ = _table_wait(stalled, timeout_s=15)
+    with pytest.raises(up.LabFailure, match=r"no progress for 15 s \(50/200 entries after 20 s\).*'s2': '0/100'"):
+        live.wait_tables()
