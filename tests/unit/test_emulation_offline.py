@@ -257,8 +257,14 @@ def _table_wait(readings, timeout_s=120.0):
     live.log = log.append
     live.controller = SimpleNamespace(poll=lambda: None)
     live.expected_flow_counts = lambda: {"s1": 100, "s2": 100}
-    it = iter(readings)
-    live.installed_counts = lambda: next(it)
+    it, asked = iter(readings), []
+
+    def counts(names=None):
+        asked.append(names)
+        return {k: v for k, v in next(it).items() if names is None or k in names}
+
+    live.installed_counts = counts
+    live.asked = asked
     return live, log
 
 
@@ -270,10 +276,18 @@ def test_a_slow_install_that_progresses_is_waited_for_and_a_stalled_one_fails(mo
     clock = {"t": 0.0}
     monkeypatch.setattr(up.time, "monotonic", lambda: clock["t"])
     monkeypatch.setattr(up.time, "sleep", lambda s: clock.__setitem__("t", clock["t"] + 10))
-    slow = [{"s1": 10 * k, "s2": 0} for k in range(1, 11)] + [{"s1": 100, "s2": 100}]
+    slow = [{"s1": 10 * k, "s2": 0} for k in range(1, 11)] + [{"s1": 100, "s2": 100}] * 2
     live, log = _table_wait(slow, timeout_s=15)
     live.wait_tables()  # 100 s in all, never 15 s without a new entry
     assert clock["t"] == 100 and any("tables: 40/200 entries after 30 s" in m for m in log)
+    # a full switch is not read again (its table walk costs ovs-vswitchd) until the final reading of all
+    assert live.asked[-3:] == [["s1", "s2"], ["s2"], None]
+
+    clock["t"] = 0.0
+    lost = [{"s1": 100, "s2": 100}, {"s1": 99, "s2": 100}, {"s1": 100, "s2": 100}, {"s1": 100, "s2": 100}]
+    live, _ = _table_wait(lost, timeout_s=15)
+    live.wait_tables()  # the final reading of every switch must match, not the switches one by one
+    assert live.asked == [["s1", "s2"], None, ["s1"], None]
 
     clock["t"] = 0.0
     stalled = [{"s1": 50, "s2": 0}] * 3 + [{"s1": 50, "s2": 0}] * 10
