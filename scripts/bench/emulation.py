@@ -222,7 +222,19 @@ def git_sha() -> str | None:
     """HEAD when the bench started, "-dirty" when the code it runs differs from it."""
     r = subprocess.run(["git", "rev-parse", "HEAD"], cwd=REPO, capture_output=True, text=True)
     dirty = subprocess.run(
-        ["git", "status", "--porcelain", "--untracked-files=no", "--", "testbed", "controllers", "traffic", "scripts"],
+        # the cost record this bench writes is not code: without the exclusion its own rows read "-dirty"
+        [
+            "git",
+            "status",
+            "--porcelain",
+            "--untracked-files=no",
+            "--",
+            "testbed",
+            "controllers",
+            "traffic",
+            "scripts",
+            ":(exclude)testbed/emulation/size_costs.json",
+        ],
         cwd=REPO,
         capture_output=True,
         text=True,
@@ -311,6 +323,7 @@ def main() -> None:
         return
     specs = args.specs or list(SIZES if args.sizes else DEFAULT)
     rows = []
+    command = "flock /tmp/zlab-heavy.lock .venv/bin/python " + " ".join(sys.argv)
     for spec in specs:
         row = {"spec": spec, **size_of(spec)}
         try:
@@ -318,7 +331,7 @@ def main() -> None:
         except Exception as exc:  # a size that does not fit: record what failed, go on
             row["zlab"] = {"error": f"{type(exc).__name__}: {exc}"[:500]}
         if args.costs:  # before the baseline: a baseline that hangs loses nothing of zlab's measurement
-            write_costs(args.costs, [row], "flock /tmp/zlab-heavy.lock .venv/bin/python " + " ".join(sys.argv))
+            write_costs(args.costs, [row], command)
         if not args.no_plain:
             try:
                 row["plain_mininet"] = plain_mininet(spec, args.idle_s)
@@ -328,7 +341,7 @@ def main() -> None:
                 row["ready_ratio"] = row["zlab"]["ready_s"] / row["plain_mininet"]["ready_s"]
         rows.append(row)
         if args.costs:  # after every fabric: a later one that hangs loses nothing
-            write_costs(args.costs, [row], "flock /tmp/zlab-heavy.lock .venv/bin/python " + " ".join(sys.argv))
+            write_costs(args.costs, [row], command)
     if args.json:
         print(json.dumps(rows, indent=2))
         return

@@ -276,14 +276,16 @@ class LiveFabric:
         t0 = last_progress = logged = time.monotonic()
         best = -1
         have: dict[str, int] = {}
-        short = sorted(want)
+
+        def missing() -> list[str]:
+            return [k for k in want if have.get(k) != want[k]]
+
+        short = list(want)
         while True:
             have.update(self.installed_counts(short))
-            short = [k for k in want if have.get(k) != want[k]]
-            if not short:
-                have = self.installed_counts()
-                short = [k for k in want if have.get(k) != want[k]]
-                if not short:
+            if not (short := missing()):
+                have = self.installed_counts()  # one reading of every switch
+                if not (short := missing()):
                     return
             if self.controller.poll() is not None:
                 raise LabFailure(

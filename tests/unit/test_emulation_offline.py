@@ -290,7 +290,7 @@ def test_a_slow_install_that_progresses_is_waited_for_and_a_stalled_one_fails(mo
     assert live.asked == [["s1", "s2"], None, ["s1"], None]
 
     clock["t"] = 0.0
-    stalled = [{"s1": 50, "s2": 0}] * 3 + [{"s1": 50, "s2": 0}] * 10
+    stalled = [{"s1": 50, "s2": 0}] * 13
     live, _ = _table_wait(stalled, timeout_s=15)
     with pytest.raises(up.LabFailure, match=r"no progress for 15 s \(50/200 entries after 20 s\).*'s2': '0/100'"):
         live.wait_tables()
