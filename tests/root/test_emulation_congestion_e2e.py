@@ -50,8 +50,26 @@ def pair(tmp_path_factory):
     return _run(tmp_path_factory, "nocc", BASE), _run(tmp_path_factory, "dcqcn", BASE + DCQCN)
 
 
+def kept(m) -> list[dict]:
+    """The repeats a band is taken over: the valid ones (a steal-voided one measured the host)."""
+    return [r for r in m["fabrics"]["zcube"]["repeats"] if r["fidelity"]["valid"]]
+
+
 def _mean(m, key):
-    return m["fabrics"]["zcube"]["summary"][key]["mean"]
+    vals = [r[key] for r in kept(m)]
+    return sum(vals) / len(vals)
+
+
+def stolen_after_retakes(root, rep) -> bool:
+    """A repeat void for the hypervisor's steal alone, after the runner re-took it as often as the
+    spec allows (its voided_attempts). Such a repeat measured the host, not DCQCN: a CI run
+    on a busy hypervisor voided one of three at 37 % steal. The report names it, the bands below
+    leave it out; anything else that voids a repeat still fails."""
+    reasons = rep["fidelity"]["reasons"]
+    if not reasons or not all("hypervisor stole" in r for r in reasons):
+        return False
+    retakes = json.loads((root / "experiment.json").read_text())["spec"]["measurement"]["steal_retakes"]
+    return len(rep["voided_attempts"]) == retakes
 
 
 def test_dcqcn_marks_notifies_and_cuts_at_real_thresholds(pair):
@@ -62,18 +80,20 @@ def test_dcqcn_marks_notifies_and_cuts_at_real_thresholds(pair):
         assert r["marks"] > 0 and r["ce_rx"] > 0 and r["cnps_tx"] > 0 and r["rate_changes"] > 0
         assert r["cnps_rx"] <= r["cnps_tx"] and r["lowest_rate_fraction"] < 0.5
         assert r["qualitative_ports"] == 0  # HPCC's thresholds are whole frames at this scale
-    for rep in cc["fabrics"]["zcube"]["repeats"]:
+    reps = cc["fabrics"]["zcube"]["repeats"]
+    for rep in reps:
         assert rep["integrity_ok"] and rep["messages_completed"] == rep["messages_posted"]
-        assert rep["fidelity"]["valid"], rep["fidelity"]
+        assert rep["fidelity"]["valid"] or stolen_after_retakes(root, rep), rep["fidelity"]
+    assert sum(rep["fidelity"]["valid"] for rep in reps) >= 2, [rep["fidelity"] for rep in reps]
     text = (root / "report.md").read_text()
     assert "## Congestion (emulation: ECN marking, CNPs, DCQCN, lossless pauses)" in text and "lossy + DCQCN" in text
 
 
-def bottleneck_goodput(root) -> list[float]:
-    """Per repeat: the busiest destination port's goodput over its busy span (first byte in to
-    last byte in), as a fraction of its emulated line rate."""
+def bottleneck_goodput(root, m) -> list[float]:
+    """Per kept repeat: the busiest destination port's goodput over its busy span (first byte in
+    to last byte in), as a fraction of its emulated line rate."""
     out = []
-    for raw in sorted((root / "zcube" / "raw").glob("rep[0-9]")):
+    for raw in (root / "zcube" / "raw" / f"rep{r['repeat']}" for r in kept(m)):
         t = pd.read_json(raw / "transfers.jsonl", lines=True)
         g = t.groupby("dst").agg(b=("size_bytes", "sum"), t0=("t_first_rx_ns", "min"), t1=("t_last_rx_ns", "max"))
         top = g.sort_values("b").iloc[-1]
@@ -82,7 +102,7 @@ def bottleneck_goodput(root) -> list[float]:
 
 
 def test_dcqcn_lowers_queueing_while_the_bottleneck_stays_busy_in_most_repeats(pair):
-    """Queueing delay p99 (mean over 3 repeats) at most 80 % of the run without congestion
+    """Queueing delay p99 (mean over the valid repeats, at least 2 of 3) at most 80 % of the run without congestion
     control; without it the bottleneck is at least 90 % busy on the mean over repeats. With DCQCN
     it is too in most repeats (measured 0.987 of line, as without it), but not in all: now and
     then one QP is cut five times to a tenth of its line rate and carries the incast's tail alone
@@ -91,7 +111,8 @@ def test_dcqcn_lowers_queueing_while_the_bottleneck_stays_busy_in_most_repeats(p
     outlier passes, and docs/congestion.md gives the distribution rather than the issue's 90 %."""
     (plain_root, plain), (cc_root, cc) = pair
     q_plain, q_cc = _mean(plain, "queue_delay_p99_real_s"), _mean(cc, "queue_delay_p99_real_s")
-    g_plain, g_cc = bottleneck_goodput(plain_root), bottleneck_goodput(cc_root)
+    assert len(kept(plain)) >= 2 and len(kept(cc)) >= 2, "fewer than 2 valid repeats: no band"
+    g_plain, g_cc = bottleneck_goodput(plain_root, plain), bottleneck_goodput(cc_root, cc)
     print(
         f"queueing p99 {q_plain * 1e6:.0f} -> {q_cc * 1e6:.0f} real µs; bottleneck goodput "
         f"{[round(float(x), 3) for x in g_plain]} -> {[round(float(x), 3) for x in g_cc]} of line"

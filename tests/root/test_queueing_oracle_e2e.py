@@ -99,15 +99,23 @@ def host_lost_share(gaps: list[tuple[int, int]], span_us: float) -> float:
     return sum(g for g, _ in gaps) / 1e3 / span_us
 
 
-def valid_repeats(run, needed: int, attempts: int, label: str) -> list:
+def valid_repeats(run, needed: int, attempts: int, label: str, max_stall_us: float | None = None) -> list:
     """run(attempt) -> (result, gaps, span_us) for attempt = 0, 1, ...; the first `needed` results
-    whose repeat the host did not void. Fails (never skips) if `attempts` are used up first."""
+    whose repeat the host did not void: its loop late more than HOST_LOST_MAX of the span or, if
+    max_stall_us is given, any single stall longer than that. Fails (never skips) if `attempts`
+    are used up first."""
     kept, void = [], []
     for attempt in range(attempts):
         result, gaps, span_us = run(attempt)
         lost = host_lost_share(gaps, span_us)
+        longest_us = max((g for g, _ in gaps), default=0) / 1e3
         if lost > HOST_LOST_MAX:
             void.append(f"attempt {attempt}: loop late {lost:.1%} of the span ({len(gaps)} stalls)")
+            continue
+        if max_stall_us is not None and longest_us > max_stall_us:
+            void.append(
+                f"attempt {attempt}: one loop stall of {longest_us / 1e3:.1f} ms (limit {max_stall_us / 1e3:.1f} ms)"
+            )
             continue
         kept.append(result)
         if len(kept) == needed:
@@ -121,7 +129,16 @@ def valid_repeats(run, needed: int, attempts: int, label: str) -> list:
 def test_dd1_through_one_shaped_port_never_waits(port):
     """32 messages of 4 frames every 1.25 service times, three repeats: the mean wait within half a
     frame of 0 in every repeat, and 95 % of messages within one frame (repeats the host voided are
-    replaced: valid_repeats)."""
+    replaced: valid_repeats).
+
+    Why a single stall voids here, not only a share of the span: a message has a quarter of a
+    service time (one frame) of slack, so a stall of s delays the next messages by s, s - 1 frame,
+    ... A stall over two frames puts two or more of the 32 messages past the one-frame tolerance,
+    which the 95 % check cannot absorb. A CI run measured exactly that: one repeat's waits jumped
+    to 33 ms and fell by one frame per message over the next 8 (3 % of the span, under
+    HOST_LOST_MAX). Stalls of 4-6 ms are common here and harmless (measured: 3 of 6 repeats on an
+    idle machine, all within the bands). A stall the agent's loop did not see (the port's own) is
+    not excused and still fails."""
     size = 4 * oracles.PAYLOAD
     service_us = oracles.wire_bytes(size) * 8e6 / RATE_BPS
     rel = np.arange(32) * service_us / 0.8
@@ -130,7 +147,7 @@ def test_dd1_through_one_shaped_port_never_waits(port):
         return replay(port, rel, size)
 
     means = []
-    for w in valid_repeats(run, 3, 15, "D/D/1"):
+    for w in valid_repeats(run, 3, 15, "D/D/1", max_stall_us=2 * FRAME_US):
         means.append(float(w.mean()))
         assert abs(w.mean()) <= 0.5 * FRAME_US, (w.mean(), FRAME_US)
         assert np.quantile(np.abs(w), 0.95) <= FRAME_US, np.quantile(np.abs(w), 0.95)
