@@ -90,12 +90,23 @@ def probe_capacity() -> tuple[float, str]:
     return UNMEASURED_PROBE_CAPACITY, "unmeasured (zlab doctor --capacity)"
 
 
-def reachability(live: LiveRun, timeout_s: float = 3.0, rounds: int = 6, forwards_per_s: float | None = None) -> dict:
+ALL_PAIRS_MAX = 200_000  # "auto" probes every pair up to this many (ZCube(16,2): 130,560), the cover above
+PROOF_METHODS = ("auto", "pairs", "cover")
+
+
+def reachability(
+    live: LiveRun, timeout_s: float = 3.0, rounds: int = 6, forwards_per_s: float | None = None, method: str = "auto"
+) -> dict:
     """Prove every GPU port pair the address rule uses. One process opens a UDP socket on every GPU
-    port inside its host's namespace (a socket keeps the namespace it was made in); every port
-    sends one probe from its own address to every address the address rule gives it, through the
-    host's routing table as transfers go, and the receivers record which (source, destination)
-    arrived at the addressed port.
+    port inside its host's namespace (a socket keeps the namespace it was made in); ports send
+    probes from their own address, through the host's routing table as transfers go, and the
+    receivers record which (source, destination) arrived at the addressed port.
+
+    method "pairs": one probe per pair. "cover" (testbed/emulation/cover.py): one probe per
+    (switch, destination) decision, the hosts' tables read and compared with the plan, and the
+    switches' counters checked against the probes' model paths; any doubt (a probe missing, a
+    table that differs, a switch that counted too few) sends a probe for every pair it could
+    touch, so a cut pair is still named. "auto": pairs up to ALL_PAIRS_MAX pairs, the cover above.
 
     Why paced and retried: OVS's userspace datapath drops part of an unpaced burst (130,560 probes
     at 256 GPUs lost a few hundred to a few thousand), which is loss, not a routing fault. Probes
@@ -109,16 +120,21 @@ def reachability(live: LiveRun, timeout_s: float = 3.0, rounds: int = 6, forward
 
     from traffic.port import in_netns
 
+    from . import cover
+
+    if method not in PROOF_METHODS:
+        raise ValueError(f"reachability proof {method!r}: expected one of {', '.join(PROOF_METHODS)}")
     fab = live.fabric
     t0 = time.perf_counter()
     gp = fab.n_gpus * fab.ports_per_gpu
     pairs = all_pairs(fab)
+    if method == "auto":
+        method = "pairs" if len(pairs) <= ALL_PAIRS_MAX else "cover"
     sps = np.array([a for a, _ in pairs], dtype=np.int64)
     das = np.array([b for _, b in pairs], dtype=np.int64)
     w = walk(fab, sps, das, PROBE_UDP_PORT)
     hops_of = {pr: max(1, int(k)) for pr, k in zip(pairs, w.n_hops.tolist(), strict=True)}
     cap, cap_src = (forwards_per_s, "given") if forwards_per_s else probe_capacity()
-    rate = PROBE_HEADROOM * cap  # forwards per second
     import resource
 
     soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
@@ -127,10 +143,11 @@ def reachability(live: LiveRun, timeout_s: float = 3.0, rounds: int = 6, forward
             resource.RLIMIT_NOFILE, (min(hard, gp + 256) if hard != resource.RLIM_INFINITY else gp + 256, hard)
         )
     socks: dict[int, socket.socket] = {}
-    pending = set(pairs)
-    total = len(pending)
+    pending: set[tuple[int, int]] = set()
+    total = len(pairs)
     send_errors: dict[tuple[int, int], str] = {}
     history = []
+    cover_record = None
     try:
         for p in fab.ports[:gp]:
             with in_netns(live.host_pid(fab.nodes[p.node].name)):
@@ -159,29 +176,48 @@ def reachability(live: LiveRun, timeout_s: float = 3.0, rounds: int = 6, forward
                         pending.discard((sp, da))
                         send_errors.pop((sp, da), None)
 
-        for rnd in range(max(1, rounds)):
-            todo = sorted(pending)
-            t_round = time.monotonic()
-            spent = 0.0  # forwards sent this round
-            for i, (sp, da) in enumerate(todo):
-                try:
-                    socks[sp].sendto(f"{sp} {da}".encode(), (fab.ports[da].ip, PROBE_UDP_PORT))
-                except OSError as exc:  # no route through this port, or a full socket buffer
-                    send_errors[(sp, da)] = exc.strerror or str(exc)
-                else:
-                    send_errors.pop((sp, da), None)
-                spent += hops_of[(sp, da)]
-                if i % 64 == 63:  # pace, and keep the receive buffers empty while sending
-                    drain(0)
-                    while (ahead_s := spent / rate - (time.monotonic() - t_round)) > 0:
-                        drain(ahead_s)  # returns early when a probe arrives
-            deadline = time.monotonic() + timeout_s / 3
-            while pending and time.monotonic() < deadline:
-                drain(0.05)
-            history.append({"round": rnd + 1, "sent": len(todo), "missing": len(pending), "forwards_per_s": rate})
-            if not pending or (rnd > 0 and len(pending) == len(todo)):
-                break  # all in, or a whole round of them at a low rate brought none: not loss
-            rate /= 2
+        def prove(todo_pairs, phase: str) -> None:
+            """Send the pairs' probes in paced rounds until all arrive or a round brings none."""
+            pending.update(todo_pairs)
+            rate = PROBE_HEADROOM * cap  # forwards per second
+            for rnd in range(max(1, rounds)):
+                todo = sorted(pending)
+                t_round = time.monotonic()
+                spent = 0.0  # forwards sent this round
+                for i, (sp, da) in enumerate(todo):
+                    try:
+                        socks[sp].sendto(f"{sp} {da}".encode(), (fab.ports[da].ip, PROBE_UDP_PORT))
+                    except OSError as exc:  # no route through this port, or a full socket buffer
+                        send_errors[(sp, da)] = exc.strerror or str(exc)
+                    else:
+                        send_errors.pop((sp, da), None)
+                    spent += hops_of[(sp, da)]
+                    if i % 64 == 63:  # pace, and keep the receive buffers empty while sending
+                        drain(0)
+                        while (ahead_s := spent / rate - (time.monotonic() - t_round)) > 0:
+                            drain(ahead_s)  # returns early when a probe arrives
+                deadline = time.monotonic() + timeout_s / 3
+                while pending and time.monotonic() < deadline:
+                    drain(0.05)
+                history.append(
+                    {
+                        "phase": phase,
+                        "round": rnd + 1,
+                        "sent": len(todo),
+                        "missing": len(pending),
+                        "forwards_per_s": rate,
+                    }
+                )
+                if not pending or (rnd > 0 and len(pending) == len(todo)):
+                    break  # all in, or a whole round of them at a low rate brought none: not loss
+                rate /= 2
+
+        if method == "pairs":
+            prove(pairs, "all pairs")
+        else:
+            cover_record, suspects = _prove_cover(live, cover, pairs, sps, das, w, prove, pending)
+            if suspects:
+                prove(suspects, "pairs in doubt")
         unreachable = diagnose(live, sorted(pending), send_errors, socks) if pending else []
         poller.close()
     finally:
@@ -198,15 +234,71 @@ def reachability(live: LiveRun, timeout_s: float = 3.0, rounds: int = 6, forward
         "failed": failed,
         "unreachable": unreachable,
         "rounds": history,
+        "probes_sent": sum(h["sent"] for h in history),
         "seconds": time.perf_counter() - t0,
         "capacity_forwards_per_s": cap,
         "capacity_source": cap_src,
+        "proof": method,
+        "cover": cover_record,
         "method": (
             f"one UDP probe per GPU port pair from the source port's address, paced at {PROBE_HEADROOM:g} of "
             "the datapath's capacity; missing pairs re-sent at half the rate per round; pairs still missing "
             "located with the switches' flow counters against the model's path"
+            if method == "pairs"
+            else "the cover: one UDP probe per (switch, destination) decision on the model's paths, paced at "
+            f"{PROBE_HEADROOM:g} of the datapath's capacity and re-sent while missing; every host's routing and "
+            "neighbour tables read and compared with the plan; every switch's entries must count at least the "
+            "forwards of the probes that arrived through it; any pair a missing probe, a differing table or a "
+            "short switch could touch probed itself; pairs still missing located with the switches' counters"
         ),
     }
+
+
+def _prove_cover(live: LiveRun, cover, pairs, sps, das, w, prove, pending) -> tuple[dict, list]:
+    """The cover's three checks (testbed/emulation/cover.py); returns its record and the pairs in
+    doubt, which the caller then probes one by one."""
+    fab = live.fabric
+    t0 = time.perf_counter()
+    tables = cover.host_table_mismatches(fab, live.host_pid)
+    t_tables = time.perf_counter() - t0
+    idx = cover.select(fab, sps, das, w.out_ports, w.n_hops)
+    chosen = [pairs[i] for i in idx.tolist()]
+    switches = [sw.name for sw in fab.switches]
+    before = settled_flows(switches)
+    prove(chosen, "cover")
+    after = settled_flows(switches)
+    arrived = np.array([i for i in idx.tolist() if pairs[i] not in pending], dtype=np.int64)
+    expected = np.zeros(len(fab.nodes), dtype=np.int64)
+    hop_sw = np.where(w.out_ports[arrived] >= 0, fab.port_node[np.maximum(w.out_ports[arrived], 0)], -1)
+    np.add.at(expected, hop_sw[hop_sw >= 0], 1)
+    short = {}
+    for sw in fab.switches:
+        counted = sum(n - before[sw.name].get(k, 0) for k, n in after[sw.name].items())
+        if counted < expected[sw.id]:
+            short[sw.name] = f"counted {counted} of the {int(expected[sw.id])} forwards of the probes that arrived"
+    keys = cover.decision_keys(fab, das, w.out_ports)
+    missed = np.array([i for i in idx.tolist() if pairs[i] in pending], dtype=np.int64)
+    doubt = np.isin(sps // fab.ports_per_gpu, np.array(sorted(tables), dtype=np.int64))
+    if missed.size:
+        bad_keys = np.unique(keys[missed][keys[missed] >= 0])
+        doubt |= np.isin(keys, bad_keys).any(axis=1)
+        doubt[missed] = True
+    if short:
+        ids = np.array([fab.node_by_name[n].id for n in short], dtype=np.int64)
+        sw_of = np.where(w.out_ports >= 0, fab.port_node[np.maximum(w.out_ports, 0)], -1)
+        doubt |= np.isin(sw_of, ids).any(axis=1)
+    doubt[arrived] = False  # proven by their own probe
+    record = {
+        "probes": len(chosen),
+        "decisions": int(np.unique(keys[keys >= 0]).size),
+        "hosts_read": fab.n_gpus,
+        "tables_seconds": round(t_tables, 2),
+        "tables_differ": {fab.nodes[g].name: why for g, why in sorted(tables.items())},
+        "switches_short": short,
+        "cover_missing": int(missed.size),
+        "pairs_in_doubt": int(doubt.sum()),
+    }
+    return record, [pairs[i] for i in np.nonzero(doubt)[0].tolist()]
 
 
 def _port_deltas(switches, before, after) -> dict[tuple[str, int], int]:

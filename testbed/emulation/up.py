@@ -80,6 +80,7 @@ class LiveFabric:
         run_id: str | None = None,
         miswire: str | None = None,
         check_reachability: bool = True,
+        proof: str = "auto",  # probes.reachability's method
         log=print,
         table_timeout_s: float = 120.0,  # without progress (wait_tables)
         stats_interval_s: float = 1.0,
@@ -99,6 +100,7 @@ class LiveFabric:
         self.suppress_sigterm = suppress_sigterm  # False inside zlab run: the run stops, not just this fabric
         self.miswire_spec = miswire
         self.check_reachability = check_reachability
+        self.proof = proof
         self.log = log
         self.table_timeout_s = table_timeout_s
         self.stats_interval_s = stats_interval_s  # the floor; _start raises it with the tables (stats_period_s)
@@ -205,13 +207,13 @@ class LiveFabric:
         self.log(f"[zlab]   all {len(fab.switches)} tables installed in {self.timings_s['tables_installed']:.1f} s")
         if self.check_reachability:
             t2 = time.perf_counter()
-            self.reach = probes.reachability(probes.LiveRun(self.dir))
+            self.reach = probes.reachability(probes.LiveRun(self.dir), method=self.proof)
             self.timings_s["reachability"] = time.perf_counter() - t2
             r = self.reach
             self.log(
                 f"[zlab]   reachability: {r['reachable']}/{r['pairs']} GPU port pairs in "
-                f"{self.timings_s['reachability']:.1f} s ({len(r['rounds'])} round(s), paced at "
-                f"{r['rounds'][0]['forwards_per_s']:.0f} forwards/s)"
+                f"{self.timings_s['reachability']:.1f} s ({r['proof']}: {r['probes_sent']:,} probes in "
+                f"{len(r['rounds'])} round(s), paced at {r['rounds'][0]['forwards_per_s']:.0f} forwards/s)"
             )
             if r["failed"] and not miswire:
                 where = [f"{u['pair']} stopped at {u['stopped_at']} ({u['reason']})" for u in r["unreachable"][:3]]
@@ -385,6 +387,7 @@ class UpOptions:
     controller: str = "os-ken"
     miswire: str | None = None  # None: cabled as designed; "auto" or "PORT1,PORT2": swapped on purpose
     wiring_check: bool = False
+    proof: str = "auto"  # how bring-up proves reachability (probes.reachability's method)
     interactive: bool = True  # the Mininet CLI; False: stay up until SIGTERM/Ctrl-C or duration_s
     duration_s: float = 0.0  # not interactive: tear down after this long (0: never)
     run_id: str | None = None
@@ -407,6 +410,7 @@ def _up(opts: UpOptions) -> int:
         opts.cfg,
         results_dir=opts.results_dir,
         miswire=opts.miswire,
+        proof=opts.proof,
         controller=opts.controller,
         run_id=opts.run_id,
     ) as live:

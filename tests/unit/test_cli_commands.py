@@ -93,9 +93,12 @@ def test_up_detached_starts_the_same_settings_in_its_child():
         "/tmp/r",
         "--duration",
         "7.5",
+        "--proof",
+        "cover",
     ]
     opts = up_options(build_parser().parse_args(argv))
     assert opts.cfg.rate_scale == 2.5e-5 and opts.cfg.mtu_bytes == 9000 and opts.interactive
+    assert opts.proof == "cover"
     child = child_argv(opts, "up-x")
     assert child[1:4] == ["-m", "testbed.cli", "up"]
     again = up_options(build_parser().parse_args(child[3:]))

@@ -31,6 +31,7 @@ def up_options(args):
         controller=args.controller,
         miswire=args.miswire,
         wiring_check=args.wiring_check,
+        proof=args.proof,
         interactive=not args.no_cli,
         duration_s=args.duration,
         run_id=args.run_id,
@@ -58,6 +59,8 @@ def child_argv(opts, run_id: str) -> list[str]:
         opts.cfg.datapath,
         "--controller",
         opts.controller,
+        "--proof",
+        opts.proof,
         "--results",
         opts.results_dir,
     ]
@@ -169,6 +172,14 @@ def register(sub) -> None:
         "cables, e.g. g0-p0,g1-p0); default: the first two fabric cables that share no switch",
     )
     up.add_argument("--wiring-check", action="store_true", help="print the cabling check once the fabric is up")
+    up.add_argument(
+        "--proof",
+        choices=("auto", "pairs", "cover"),
+        default="auto",
+        help="how bring-up proves every GPU port pair reachable: pairs (one probe per pair), cover (one "
+        "probe per switch decision, the hosts' tables read, the switches' counters checked; pairs in "
+        "doubt probed one by one), auto (default: pairs up to 200,000 pairs, i.e. 256 GPUs, cover above)",
+    )
     up.add_argument("--no-cli", action="store_true", help="no Mininet CLI: stay up until Ctrl-C/SIGTERM")
     up.add_argument("--duration", type=float, default=0, help="with --no-cli: tear down after this many seconds")
     up.add_argument("--results", default="results", help="where the run folder goes (default ./results)")
