@@ -12,6 +12,7 @@ from dataclasses import asdict, dataclass
 from ..errors import RuntimeFailure, UserInputError
 
 MAX_LINK_MBPS = 1000.0  # above this Mininet ignores bw, and one OVS userspace thread cannot keep up
+MIN_LINK_MBPS = 0.1  # below this htb's rate is inaccurate
 ETH_OVERHEAD_BYTES = 14
 # The fabric `zlab doctor --capacity` measures on (emulation/capacity.py); the planner scales its figure
 # by the switch ports a larger fabric makes ovs-vswitchd poll (experiment/planner.py).
@@ -49,9 +50,10 @@ class EmulationConfig:
                 f"{MAX_LINK_MBPS:g} Mb/s (Mininet ignores it; one OVS thread forwards ~100 k packets/s). "
                 f"Use rate_scale <= {MAX_LINK_MBPS * 1e6 / max(l.rate_bps for l in fabric.links):g}"
             )
-        if slowest < 0.1:
+        if slowest < MIN_LINK_MBPS:
             raise EmulationError(
-                f"rate_scale {self.rate_scale:g} gives {slowest:g} Mb/s links; below 0.1 Mb/s htb is inaccurate"
+                f"rate_scale {self.rate_scale:g} gives {slowest:g} Mb/s links; below {MIN_LINK_MBPS:g} Mb/s htb is "
+                "inaccurate"
             )
         if not 576 <= self.mtu_bytes <= 9000:
             raise EmulationError(f"mtu_bytes must be 576..9000 (got {self.mtu_bytes})")

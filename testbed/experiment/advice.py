@@ -10,6 +10,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
+from ..emulation.config import MIN_LINK_MBPS
+from ..fabric import build_fabric
 from .planner import capacity, factor_for
 
 MACHINE_BOUND = (
@@ -74,14 +76,41 @@ def advise(experiment: dict, metrics: dict) -> Advice:
         rho = spec["emulation"]["rate_scale"]
         _, measured = capacity()
         new = rho * min(0.5, factor_for([f["figures"] for lab, f in experiment["fabrics"].items() if lab in a.fabrics]))
+        floor = lowest_rate_scale(experiment, a.fabrics)
+        if rho <= floor * (1 + 1e-9):
+            a.why.append(
+                f"the machine, not the fabric, limited the run, and rate_scale {rho:g} is already the lowest these "
+                f"fabrics allow (their slowest link at {MIN_LINK_MBPS:g} Mb/s; htb is inaccurate below): no lower rate "
+                "can fix it here; more cores or the kernel datapath (docs/emulation.md, 'What fits this machine')"
+            )
+            return a
+        lowered = new < floor
+        new = max(new, floor)
+        if float(f"{new:.3g}") < floor:  # the 3 digits printed must not round below the floor
+            new = float(f"{floor * 1.006:.3g}")
         a.overrides.append(f"emulation.rate_scale={new:.3g}")
         a.why.append(
-            f"the machine, not the fabric, limited the run: rate_scale {rho:g} -> {new:.3g} halves (or more) the "
-            f"frames per second (dilation {spec['workload']['size_scale'] / rho:g} -> "
+            f"the machine, not the fabric, limited the run: rate_scale {rho:g} -> {new:.3g} "
+            + (
+                f"(the lowest these fabrics allow: their slowest link at {MIN_LINK_MBPS:g} Mb/s) lowers"
+                if lowered
+                else "halves (or more)"
+            )
+            + f" the frames per second (dilation {spec['workload']['size_scale'] / rho:g} -> "
             f"{spec['workload']['size_scale'] / new:g}; the wall time grows by the same factor)"
             + ("" if measured else "; run `zlab doctor --capacity` for a measured limit")
         )
     return a
+
+
+def lowest_rate_scale(experiment: dict, labels: list[str]) -> float:
+    """The smallest rate_scale the emulation accepts for these fabrics: their slowest link at
+    MIN_LINK_MBPS (EmulationConfig.validate refuses less). Why here: advice that suggests a rate
+    the spec then refuses is a dead end (a 256-GPU run at 7.5e-7 was told to retry at 3.75e-7)."""
+    return max(
+        MIN_LINK_MBPS * 1e6 / min(link.rate_bps for link in build_fabric(experiment["fabrics"][lab]["fabric"]).links)
+        for lab in labels
+    )
 
 
 def lines(a: Advice, run_dir: str) -> list[str]:

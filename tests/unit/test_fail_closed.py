@@ -478,3 +478,42 @@ def test_a_link_that_survives_its_deletion_raises(monkeypatch, tmp_path):
     gone = iter([7, None])
     monkeypatch.setattr(clean, "_ifindex", lambda name: next(gone))
     assert clean.clean_run(rec) == ["link zl-a"] and ["ip", "link", "del", "zl-a"] in calls
+
+
+def test_machine_bound_advice_never_suggests_a_rate_the_spec_refuses(monkeypatch):
+    """A 256-GPU run at rate_scale 7.5e-7 was told to retry at 3.75e-7, which gives 0.075 Mb/s
+    links and which the spec then refused (exit 2). The advice halves down to the floor (the
+    slowest link at MIN_LINK_MBPS), and at the floor says that no lower rate can fix it."""
+    from testbed.emulation.config import EmulationConfig, EmulationError
+    from testbed.experiment import advice
+    from testbed.fabric import build_fabric
+
+    monkeypatch.setattr(advice, "factor_for", lambda figs: 1.0)
+    monkeypatch.setattr(advice, "capacity", lambda: (None, True))
+    fab = build_fabric("zcube:n=4")
+    floor = 0.1e6 / min(link.rate_bps for link in fab.links)
+    metrics = {
+        "fabrics": {
+            "z": {"summary": {"fidelity": {"valid": False, "reasons": ["repeat 0: CPU-bound: the machine at 97 %"]}}}
+        }
+    }
+
+    def advise(rho):
+        exp = {
+            "spec": {"emulation": {"rate_scale": rho}, "workload": {"size_scale": 0.00025}, "measurement": {}},
+            "fabrics": {"z": {"fabric": "zcube:n=4", "figures": {}}},
+        }
+        return advice.advise(exp, metrics)
+
+    assert advice.lowest_rate_scale({"fabrics": {"z": {"fabric": "zcube:n=4"}}}, ["z"]) == pytest.approx(floor)
+    a = advise(4 * floor)
+    assert a.overrides == [f"emulation.rate_scale={2 * floor:.3g}"] and "halves" in a.why[0]
+    a = advise(1.5 * floor)
+    (override,) = a.overrides
+    suggested = float(override.split("=")[1])
+    assert floor <= suggested <= 1.01 * floor and "the lowest these fabrics allow" in a.why[0]
+    EmulationConfig(rate_scale=suggested).validate(fab)  # what it suggests is accepted
+    a = advise(floor)
+    assert a.overrides == [] and not a.retry_possible and "already the lowest" in a.why[0]
+    with pytest.raises(EmulationError):
+        EmulationConfig(rate_scale=floor / 2).validate(fab)
