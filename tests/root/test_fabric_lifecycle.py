@@ -93,7 +93,8 @@ def test_the_cover_proves_every_pair_and_still_names_exactly_the_pairs_a_broken_
         assert r["proof"] == "cover" and r["reachable"] == r["pairs"] == 480
         c = r["cover"]
         assert c["tables_differ"] == {} and c["switches_short"] == {} and c["pairs_in_doubt"] == 0
-        assert c["probes"] == r["probes_sent"] < 480 and c["probes"] <= c["decisions"]
+        # a lost probe is re-sent (probes_sent counts re-sends): fewer than all pairs either way
+        assert c["probes"] <= r["probes_sent"] < 480 and c["probes"] <= c["decisions"]
         broken = _break_and_probe(probes.LiveRun(f.dir), method="cover")
     assert list(broken["cover"]["tables_differ"]) == ["g0"] and broken["cover"]["cover_missing"] >= 1
 
