@@ -28,15 +28,20 @@ import struct
 
 import numpy as np
 
-from ..fabric.hostconf import ip_commands, routes
+from ..fabric import hostconf
 from ..fabric.model import Fabric
 
 RTF_REJECT = 0x0200  # /proc/net/route flag of an `unreachable` route
 
 
+def hop_switches(fab: Fabric, out_ports: np.ndarray) -> np.ndarray:
+    """(F, H) node id of the switch at each hop of a walk's out_ports, -1 padded."""
+    return np.where(out_ports >= 0, fab.port_node[np.maximum(out_ports, 0)], -1)
+
+
 def decision_keys(fab: Fabric, das: np.ndarray, out_ports: np.ndarray) -> np.ndarray:
     """(F, H) switch-decision ids, -1 padded: switch node id * len(fab.ports) + destination."""
-    sw = np.where(out_ports >= 0, fab.port_node[np.maximum(out_ports, 0)], -1)
+    sw = hop_switches(fab, out_ports)
     return np.where(sw >= 0, sw * len(fab.ports) + das[:, None], -1)
 
 
@@ -98,16 +103,6 @@ def read_neighbours(pid: int, proc: str = "/proc") -> dict[tuple[str, str], str]
     return out
 
 
-def planned_neighbours(fab: Fabric, gpu: int) -> dict[tuple[str, str], str]:
-    """{(ip, device): mac} of the `neigh replace` lines zlab gives this GPU's host (hostconf)."""
-    out = {}
-    for cmd in ip_commands(fab, gpu, 9000):
-        if cmd.startswith("neigh replace "):
-            w = cmd.split()
-            out[(w[2], w[6])] = w[4].lower()
-    return out
-
-
 NEIGHBOURS_READ_MAX = 200_000  # all hosts' neighbour entries together; above, they are not re-read
 
 
@@ -124,14 +119,18 @@ def host_table_mismatches(fab: Fabric, pid_of, proc: str = "/proc", neighbours: 
     out = {}
     for g in range(fab.n_gpus):
         pid = pid_of(fab.nodes[g].name)
-        want = {(pre if "/" in pre else f"{pre}/32", dev) for pre, dev in routes(fab, g)}
+        want = {(pre if "/" in pre else f"{pre}/32", dev) for pre, dev in hostconf.routes(fab, g)}
         have = read_routes(pid, proc)
         problems = []
         if have != want:
             gone, extra = sorted(want - have, key=str), sorted(have - want, key=str)
             problems.append(f"routes missing {gone[:3]}, unexpected {extra[:3]}")
         neigh = read_neighbours(pid, proc) if neighbours else None
-        bad = [k for k, mac in planned_neighbours(fab, g).items() if neigh.get(k) != mac] if neigh is not None else []
+        bad = (
+            [k for k, mac in hostconf.neighbours(fab, g).items() if neigh.get(k) != mac.lower()]
+            if neigh is not None
+            else []
+        )
         if bad:
             problems.append(f"{len(bad)} neighbour entries missing or wrong, e.g. {bad[0][0]} on {bad[0][1]}")
         if problems:

@@ -298,7 +298,7 @@ def _prove_cover(live: LiveRun, cover, pairs, sps, das, w, prove, pending) -> tu
     lap("probes")
     arrived = np.array([i for i in idx.tolist() if pairs[i] not in pending], dtype=np.int64)
     expected = np.zeros(len(fab.nodes), dtype=np.int64)
-    hop_sw = np.where(w.out_ports[arrived] >= 0, fab.port_node[np.maximum(w.out_ports[arrived], 0)], -1)
+    hop_sw = cover.hop_switches(fab, w.out_ports[arrived])
     np.add.at(expected, hop_sw[hop_sw >= 0], 1)
     counted: dict[str, int] = {}
     todo = switches
@@ -322,8 +322,7 @@ def _prove_cover(live: LiveRun, cover, pairs, sps, das, w, prove, pending) -> tu
         doubt[missed] = True
     if short:
         ids = np.array([fab.node_by_name[n].id for n in short], dtype=np.int64)
-        sw_of = np.where(w.out_ports >= 0, fab.port_node[np.maximum(w.out_ports, 0)], -1)
-        doubt |= np.isin(sw_of, ids).any(axis=1)
+        doubt |= np.isin(cover.hop_switches(fab, w.out_ports), ids).any(axis=1)
     doubt[arrived] = False  # proven by their own probe
     record = {
         "probes": len(chosen),

@@ -33,6 +33,13 @@ def routes(fab: Fabric, gpu: int) -> list[tuple[str, str | None]]:
     return _plan(fab, gpu)[0]
 
 
+def neighbours(fab: Fabric, gpu: int) -> dict[tuple[str, str], str]:
+    """{(destination ip, source port name): destination mac}: the permanent neighbour entries of
+    one GPU's host, one per address the address rule sends it to (ip_commands writes them; the
+    cover proof compares a host's table with them)."""
+    return {(fab.ports[a].ip, name): fab.ports[a].mac for a, name in sorted(_plan(fab, gpu)[1].items())}
+
+
 def _plan(fab: Fabric, gpu: int) -> tuple[list[tuple[str, str | None]], dict[int, str]]:
     """The routes, and per destination port id the source port the address rule sends it from.
     Routes: (destination prefix, source port name or None = unreachable), exact for every
@@ -74,12 +81,11 @@ def ip_commands(fab: Fabric, gpu: int, mtu_bytes: int) -> list[str]:
     for p in ports.values():
         out.append(f"link set dev {p.name} mtu {mtu_bytes} up")
         out.append(f"addr add {p.ip}/32 dev {p.name}")
-    rs, via = _plan(fab, gpu)
+    rs, _ = _plan(fab, gpu)
     for prefix, name in rs:
         out.append(
             f"route add unreachable {prefix}" if name is None else f"route add {prefix} dev {name} src {ports[name].ip}"
         )
-    for a, name in sorted(via.items()):
-        q = fab.ports[a]
-        out.append(f"neigh replace {q.ip} lladdr {q.mac} dev {name} nud permanent")
+    for (ip, name), mac in neighbours(fab, gpu).items():
+        out.append(f"neigh replace {ip} lladdr {mac} dev {name} nud permanent")
     return out

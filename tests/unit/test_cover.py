@@ -10,7 +10,7 @@ import pytest
 
 from testbed.emulation import cover
 from testbed.emulation.probes import PROBE_UDP_PORT, all_pairs
-from testbed.fabric.hostconf import routes
+from testbed.fabric.hostconf import neighbours, routes
 from testbed.fabric.kinds import build_fabric
 from testbed.fabric.paths import route, walk
 
@@ -93,7 +93,7 @@ def _planned_tables(fab, gpu):
         net, plen = pre.split("/")
         mask = socket.inet_ntoa(struct.pack(">I", (0xFFFFFFFF << (32 - int(plen))) & 0xFFFFFFFF))
         rows.append((dev or "*", net, mask, 0x0001 if dev else 0x0201))
-    arp = [(ip, mac, dev) for (ip, dev), mac in cover.planned_neighbours(fab, gpu).items()]
+    arp = [(ip, mac, dev) for (ip, dev), mac in neighbours(fab, gpu).items()]
     return rows, arp
 
 
