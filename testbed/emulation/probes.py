@@ -7,6 +7,7 @@ terminal and `zlab verify-paths` in another work on the same run; tests use the 
 from __future__ import annotations
 
 import json
+import random
 import re
 import subprocess
 import sys
@@ -72,6 +73,7 @@ PROBE_UDP_PORT = 4793  # not RoCE's 4791: probes must never look like transfers
 # crossing k switches costs k), as a share of this machine's measured datapath capacity.
 PROBE_HEADROOM = 0.5  # assumption: half of one ovs-vswitchd core, the other half for LLDP, stats, bursts
 UNMEASURED_PROBE_CAPACITY = 15000.0  # forwards/s without a capacity record: the planner's unmeasured figure
+PROBE_WINDOW = 4096  # at most this many probes in flight (sent, not yet arrived, younger than the round's wait)
 DIAGNOSE_PROBES = 5  # probes per still-missing pair when the switches' counters are read
 DIAGNOSE_ONE_BY_ONE = 16  # at most this many ambiguous pairs are re-probed alone
 
@@ -162,6 +164,8 @@ def reachability(
             poller.register(fd, select.EPOLLIN)
         prepare_s = time.perf_counter() - t0  # pairs, the model's walk, a socket per GPU port
 
+        inflight: dict[tuple[int, int], float] = {}  # pair -> when it was sent, oldest first
+
         def drain(wait_s: float) -> None:
             for fd, _ in poller.poll(wait_s):
                 while True:
@@ -176,28 +180,54 @@ def reachability(
                     if da == by_fd[fd]:  # arrived at the port it was addressed to
                         pending.discard((sp, da))
                         send_errors.pop((sp, da), None)
+                        inflight.pop((sp, da), None)
 
         def prove(todo_pairs, phase: str) -> None:
-            """Send the pairs' probes in paced rounds until all arrive or a round brings none."""
+            """Send the pairs' probes in paced rounds until all arrive or a round brings none. Two
+            limits: the rate (forwards per second), and a window of PROBE_WINDOW probes in flight,
+            so that the arrivals clock the sending when the datapath is slower than its measured
+            capacity (it polls every port per wake-up: at 1,024 GPUs, 4,096 of them).
+
+            Why shuffled: ovs-vswitchd reads at most 32 frames from a port per pass over all its
+            ports, and a pass took 1.6-2.6 s at 1,024 GPUs under the proof ("Unreasonably long ...
+            poll interval" in its log). Sent in order, one source port's probes go back to back into
+            one switch port, and (our reading) the frames past that port's socket buffer are lost
+            where no counter sees them (the cover's first round lost 40,261 of 67,456 probes, and later
+            rounds at a thirtieth of the rate still lost half of theirs). Shuffled, the probes in
+            flight are spread over the ports."""
             pending.update(todo_pairs)
             rate = PROBE_HEADROOM * cap  # forwards per second
+            wait_s = timeout_s / 3  # how long a probe may take before it counts as lost
             for rnd in range(max(1, rounds)):
                 todo = sorted(pending)
+                random.Random(rnd).shuffle(todo)  # spread over ports: see the docstring
                 t_round = time.monotonic()
                 spent = 0.0  # forwards sent this round
+                window_waits = 0  # sends held back by the window
+                inflight.clear()
                 for i, (sp, da) in enumerate(todo):
+                    window_waits += len(inflight) >= PROBE_WINDOW
+                    while len(inflight) >= PROBE_WINDOW:  # the datapath is behind: wait for arrivals
+                        oldest, t_sent = next(iter(inflight.items()))
+                        left_s = t_sent + wait_s - time.monotonic()
+                        if left_s <= 0:
+                            del inflight[oldest]  # lost, or a cut pair: the next round or the diagnosis
+                        else:
+                            drain(min(left_s, 0.05))
                     try:
                         socks[sp].sendto(f"{sp} {da}".encode(), (fab.ports[da].ip, PROBE_UDP_PORT))
                     except OSError as exc:  # no route through this port, or a full socket buffer
                         send_errors[(sp, da)] = exc.strerror or str(exc)
                     else:
                         send_errors.pop((sp, da), None)
+                        inflight[(sp, da)] = time.monotonic()
                     spent += hops_of[(sp, da)]
                     if i % 64 == 63:  # pace, and keep the receive buffers empty while sending
                         drain(0)
                         while (ahead_s := spent / rate - (time.monotonic() - t_round)) > 0:
                             drain(ahead_s)  # returns early when a probe arrives
-                deadline = time.monotonic() + timeout_s / 3
+                send_s = time.monotonic() - t_round
+                deadline = time.monotonic() + wait_s
                 while pending and time.monotonic() < deadline:
                     drain(0.05)
                 history.append(
@@ -207,6 +237,10 @@ def reachability(
                         "sent": len(todo),
                         "missing": len(pending),
                         "forwards_per_s": rate,
+                        "achieved_forwards_per_s": round(spent / send_s, 1) if send_s > 0 else None,
+                        "window": PROBE_WINDOW,
+                        "window_waits": window_waits,
+                        "seconds": round(time.monotonic() - t_round, 2),
                     }
                 )
                 if not pending or (rnd > 0 and len(pending) == len(todo)):
@@ -244,11 +278,12 @@ def reachability(
         "cover": cover_record,
         "method": (
             f"one UDP probe per GPU port pair from the source port's address, paced at {PROBE_HEADROOM:g} of "
-            "the datapath's capacity; missing pairs re-sent at half the rate per round; pairs still missing "
+            f"the datapath's capacity with at most {PROBE_WINDOW} in flight; missing pairs re-sent at half the rate per round; pairs still missing "
             "located with the switches' flow counters against the model's path"
             if method == "pairs"
             else "the cover: one UDP probe per (switch, destination) decision on the model's paths, paced at "
-            f"{PROBE_HEADROOM:g} of the datapath's capacity and re-sent while missing; every host's routing table "
+            f"{PROBE_HEADROOM:g} of the datapath's capacity with at most {PROBE_WINDOW} in flight and re-sent while "
+            "missing; every host's routing table "
             f"(and neighbour table, up to {cover.NEIGHBOURS_READ_MAX:,} entries in all) read and compared with the "
             "plan; every switch's entries must count at least the "
             "forwards of the probes that arrived through it; any pair a missing probe, a differing table or a "
