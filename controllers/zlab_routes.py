@@ -193,11 +193,13 @@ class ZlabRoutes(BaseApp):
         os.makedirs(out, exist_ok=True)
         self.installed = JsonLines(os.path.join(out, "installed.jsonl"))
         self.lldp_log = JsonLines(os.path.join(out, "lldp.jsonl"))
+        self.reconnects = JsonLines(os.path.join(out, "reconnects.jsonl"))  # held vs expected entries
         self.port_stats = JsonLines(os.path.join(out, "port_stats.jsonl"))
         self.flow_stats = JsonLines(os.path.join(out, "flow_stats.jsonl"))
         self.stats_interval_s = float(os.environ.get("ZLAB_STATS_INTERVAL_S", "1.0"))
         self.lldp_interval_s = float(os.environ.get("ZLAB_LLDP_INTERVAL_S", "1.0"))
         self.datapaths = {}
+        self.installed_here: set[str] = set()  # switches this process has sent a whole table to
         self.ports = {}  # dpid -> port numbers
         self.current = {name: list(v["entries"]) for name, v in self.switches.items()}  # what each switch holds
         self.plan = None
@@ -229,6 +231,45 @@ class ZlabRoutes(BaseApp):
         if name is None:
             self.logger.error("unknown dpid %016x connected; not in flows.json, ignoring", dp.id)
             return
+        if name in self.installed_here:
+            # a reconnection (OVS drops a channel after its inactivity probe goes unanswered): the
+            # switch kept its table (fail-mode secure), so ask how many of our entries it holds and
+            # re-send the table only if that is not what it should hold. Re-sending deletes first,
+            # and at 1,024 GPUs a reinstall under load left a switch without its table for seconds:
+            # probes through it were lost and its counters restarted (issue 27).
+            self.datapaths[dp.id] = dp
+            parser, ofp = dp.ofproto_parser, dp.ofproto
+            dp.send_msg(
+                parser.OFPAggregateStatsRequest(
+                    dp, 0, ofp.OFPTT_ALL, ofp.OFPP_ANY, ofp.OFPG_ANY, COOKIE, 0xFFFFFFFFFFFFFFFF, parser.OFPMatch()
+                )
+            )
+            dp.send_msg(parser.OFPPortDescStatsRequest(dp, 0))
+            return
+        self._install_table(dp, name)
+
+    @set_ev_cls(ofp_event.EventOFPAggregateStatsReply, MAIN_DISPATCHER)
+    def on_aggregate(self, ev):
+        dp = ev.msg.datapath
+        name = self.by_dpid.get(dp.id)
+        if name is None:
+            return
+        held, expected = ev.msg.body.flow_count, len(self.current[name]) + 2  # + table-miss and LLDP punt
+        self.reconnects.write(
+            {
+                "t_ns": time.time_ns(),
+                "switch": name,
+                "dpid": dp.id,
+                "held": held,
+                "expected": expected,
+            }
+        )
+        if held != expected:
+            self._install_table(dp, name)
+
+    def _install_table(self, dp, name: str) -> None:
+        """Delete ours, then the whole table (and fast-failover groups first)."""
+        self.installed_here.add(name)
         entries = self.current[name]
         backup = self._backup_of(name)
         if backup is not None:  # fast-failover: the groups before the entries that use them

@@ -25,6 +25,13 @@ from . import faultpoint
 from .config import EmulationConfig, EmulationError, LabFailure, frame_bytes, scaled_rate_bps, tc_commands
 from .offload import tx_checksum_off
 
+# OVS drops a controller channel whose echo request goes unanswered for its inactivity probe (5 s
+# by default) and the app then re-sends that switch's table. At 1,024 GPUs the controller, busy
+# with 67,712 entries' statistics and LLDP on 2,048 ports, let 3 switches' channels lapse 7 times
+# in the first minute after the tables were in, during the reachability proof (issue 27). The
+# channel is local and the app's process is supervised by zlab, so a slow probe costs nothing.
+INACTIVITY_PROBE_MS = 30_000
+
 
 def _mininet():
     """Import Mininet lazily: the fabric model and offline tests must not need it."""
@@ -50,7 +57,16 @@ def _mininet():
         def vsctl(self, *args, **kwargs):
             """Mininet starts each switch with one ovs-vsctl in the node's shell and ignores what it
             says; keep any error, so a port missing from OVS is reported with its cause (issue 27:
-            at 1,024 GPUs switch ports were missing with no error until a later step met them)."""
+            at 1,024 GPUs switch ports were missing with no error until a later step met them).
+            The controller record it creates gets zlab's inactivity probe (INACTIVITY_PROBE_MS)."""
+            args = tuple(
+                a.replace(
+                    "create Controller target=", f"create Controller inactivity_probe={INACTIVITY_PROBE_MS} target="
+                )
+                if isinstance(a, str)
+                else a
+                for a in args
+            )
             if self.batch or kwargs:
                 out = super().vsctl(*args, **kwargs)
             else:  # not through the node's pty: a terminal line holds 4,095 characters, and a 64-port

@@ -2,7 +2,13 @@
 proven from switch counters, ECMP spreading as the model predicts, a clean cabling check."""
 
 import collections
+import json
+import os
 import random
+import signal
+import subprocess
+import time
+from pathlib import Path
 
 import pytest
 
@@ -73,3 +79,79 @@ def test_roft_ecmp_spreads_udp_flows_over_every_spine_as_the_model_says(roft):
         counted[sw] = sum(n - before[sw].get(k, 0) for k, n in after[sw].items() if "nw_dst=10.0.0.9" in k[1])
     assert set(predicted) == set(spines)  # the model spreads over all spines...
     assert counted == {sw: 10 * predicted[sw] for sw in spines}  # ...and the switches did exactly that
+
+
+def _ovs(*args: str) -> str:
+    return subprocess.run(["ovs-vsctl", *args], check=True, capture_output=True, text=True).stdout.strip()
+
+
+def _ip_packets(sw: str) -> tuple[int, int]:
+    """(entries, packets) of a switch's IPv4 entries, from the switch itself."""
+    out = subprocess.run(
+        ["ovs-ofctl", "-O", "OpenFlow13", "dump-aggregate", sw, "ip"], check=True, capture_output=True, text=True
+    ).stdout
+    return int(out.split("flow_count=")[1].split()[0]), int(out.split("packet_count=")[1].split()[0])
+
+
+def _lapse_channel(live, sw: str, reconnects: Path) -> dict:
+    """Freeze the controller until OVS drops sw's channel (its probe set to 5 s, OVS's least),
+    thaw it, and return the app's record of the reconnection."""
+    seen = len(reconnects.read_text().splitlines())
+    os.kill(live.controller.pid, signal.SIGSTOP)
+    try:
+        time.sleep(11.5)  # idle 5 s, an echo request, no reply within 5 s: dropped
+    finally:
+        os.kill(live.controller.pid, signal.SIGCONT)
+    deadline = time.monotonic() + 20
+    while time.monotonic() < deadline:
+        recs = [json.loads(x) for x in reconnects.read_text().splitlines()[seen:]]
+        mine = [r for r in recs if r["switch"] == sw]
+        if mine:
+            return mine[-1]
+        time.sleep(0.2)
+    raise AssertionError(f"{sw} did not reconnect within 20 s of the controller's thaw")
+
+
+def test_a_lapsed_controller_channel_keeps_the_table_and_a_changed_one_is_resent(zcube):
+    """Issue 27: at 1,024 GPUs OVS dropped busy channels after its 5 s inactivity probe, and each
+    reconnection re-sent (deleted, then re-added) the switch's table, cutting probes and
+    restarting its counters. Now the channel gets a 30 s probe, and a reconnection re-sends the
+    table only if the switch does not hold what it should."""
+    sw = "za0"
+    rec_id = _ovs("get", "bridge", sw, "controller").strip("[]")
+    assert _ovs("get", "controller", rec_id, "inactivity_probe") == "30000"
+    ctl = Path(zcube.dir) / "controller"
+    installed, reconnects = ctl / "installed.jsonl", ctl / "reconnects.jsonl"
+    _ovs("set", "controller", rec_id, "inactivity_probe=5000")
+    try:
+        entries, packets = _ip_packets(sw)
+        assert packets > 0  # the reachability proof went through it
+        sent_before = len(installed.read_text().splitlines())
+        r = _lapse_channel(zcube, sw, reconnects)
+        assert r["held"] == r["expected"], r
+        assert len(installed.read_text().splitlines()) == sent_before  # nothing re-sent
+        after = _ip_packets(sw)
+        assert after[0] == entries and after[1] >= packets  # the same entries, their counters kept
+
+        # one entry gone behind the app's back: the next reconnection re-sends the table
+        line = next(
+            x
+            for x in subprocess.run(
+                ["ovs-ofctl", "-O", "OpenFlow13", "dump-flows", sw, "ip"], check=True, capture_output=True, text=True
+            ).stdout.splitlines()
+            if "nw_dst=" in x
+        )
+        dst = line.split("nw_dst=")[1].split()[0].rstrip(",")
+        subprocess.run(["ovs-ofctl", "-O", "OpenFlow13", "del-flows", sw, f"ip,nw_dst={dst}"], check=True)
+        removed = entries - _ip_packets(sw)[0]
+        assert removed >= 1
+        r = _lapse_channel(zcube, sw, reconnects)
+        assert r["held"] == r["expected"] - removed, r
+        deadline = time.monotonic() + 20
+        while _ip_packets(sw)[0] != entries and time.monotonic() < deadline:
+            time.sleep(0.2)
+        assert _ip_packets(sw)[0] == entries
+        resent = [json.loads(x) for x in installed.read_text().splitlines()[sent_before:]]
+        assert [x["switch"] for x in resent] == [sw]
+    finally:
+        _ovs("set", "controller", rec_id, "inactivity_probe=30000")
