@@ -17,8 +17,9 @@ from __future__ import annotations
 import numpy as np
 
 from . import failures as fl
+from . import ids
 from .model import Fabric
-from .openflow import PRIORITY_HOST, flow_entries
+from .openflow import PRIORITY_HOST, PRIORITY_MASKED, flow_entries
 from .paths import forwarding_tables, walk
 from .tables import Tables
 
@@ -185,22 +186,34 @@ def annotate(fab: Fabric, prot: dict) -> dict[str, dict]:
         entries = flow_entries(H, sw.name)
         b = prot["backups"].get(r, {})
         row = H.next_group[r]
-        default_rep = None
         port_id = {p.number: p.id for p in fab.ports if p.node == sw.id}
+        exact = {fab.port_by_ip[x["ipv4_dst"]].id for x in entries if x["ipv4_mask"] == "255.255.255.255"}
+        multi = [int(a) for a in np.nonzero(row >= len(fab.ports))[0] if int(a) not in exact]
+        multi_ip = np.array([ids.ip_to_int(fab.ports[a].ip) for a in multi], dtype=np.int64)
+
+        def hits(e, multi_ip=multi_ip):
+            m = ids.ip_to_int(e["ipv4_mask"])
+            return (multi_ip & m) == (ids.ip_to_int(e["ipv4_dst"]) & m)
+
+        masked = np.zeros(len(multi), dtype=bool)  # carried by a masked group entry, not the default
+        for e in entries:
+            if e["ipv4_mask"] != "255.255.255.255" and e["priority"] >= PRIORITY_MASKED:
+                masked |= hits(e)
         for e in entries:
             if e["ipv4_mask"] == "255.255.255.255":
-                a = fab.port_by_ip[e["ipv4_dst"]].id
-            else:  # the default entry: any address it carries stands for all (one group)
-                if default_rep is None:
-                    exact = {fab.port_by_ip[x["ipv4_dst"]].id for x in entries if x["ipv4_mask"] == "255.255.255.255"}
-                    default_rep = next(
-                        (int(a) for a in np.nonzero(row >= len(fab.ports))[0] if int(a) not in exact), None
-                    )
-                a = default_rep
-            if a is None:
+                carried = [fab.port_by_ip[e["ipv4_dst"]].id]
+            else:  # the default or a masked group entry: every address it carries shares its group
+                hit = hits(e) if e["priority"] >= PRIORITY_MASKED else hits(e) & ~masked
+                carried = [multi[i] for i in np.nonzero(hit)[0]]
+            if not carried:
                 continue
             P = port_id[e["out_port"]]
-            B = b.get(a, {}).get(P)
+            found = {b.get(a, {}).get(P) for a in carried}
+            if len(found) > 1:
+                raise ValueError(
+                    f"{sw.name}: one entry ({e['ipv4_dst']}/{e['ipv4_mask']}) would need different backups"
+                )
+            B = found.pop()
             if B is not None:
                 e["ff_backup"] = fab.ports[B].number
         transit = [
