@@ -41,6 +41,7 @@ ETH_IP, ETH_LLDP, IP_UDP = 0x0800, 0x88CC, 17
 PRIORITY_LLDP = 65000
 LLDP_DST = "01:80:c2:00:00:0e"
 COOKIE = 0x5A4C  # "ZL": every entry this app installs
+FIXED_ENTRIES = 2  # besides the table: the table-miss entry and the LLDP punt
 
 
 def entry_match(parser, e: dict):
@@ -237,14 +238,13 @@ class ZlabRoutes(BaseApp):
             # re-send the table only if that is not what it should hold. Re-sending deletes first,
             # and at 1,024 GPUs a reinstall under load left a switch without its table for seconds:
             # probes through it were lost and its counters restarted (issue 27).
-            self.datapaths[dp.id] = dp
+            self._attach(dp)
             parser, ofp = dp.ofproto_parser, dp.ofproto
             dp.send_msg(
                 parser.OFPAggregateStatsRequest(
                     dp, 0, ofp.OFPTT_ALL, ofp.OFPP_ANY, ofp.OFPG_ANY, COOKIE, 0xFFFFFFFFFFFFFFFF, parser.OFPMatch()
                 )
             )
-            dp.send_msg(parser.OFPPortDescStatsRequest(dp, 0))
             return
         self._install_table(dp, name)
 
@@ -254,7 +254,7 @@ class ZlabRoutes(BaseApp):
         name = self.by_dpid.get(dp.id)
         if name is None:
             return
-        held, expected = ev.msg.body.flow_count, len(self.current[name]) + 2  # + table-miss and LLDP punt
+        held, expected = ev.msg.body.flow_count, len(self.current[name]) + FIXED_ENTRIES
         self.reconnects.write(
             {
                 "t_ns": time.time_ns(),
@@ -265,10 +265,16 @@ class ZlabRoutes(BaseApp):
             }
         )
         if held != expected:
-            self._install_table(dp, name)
+            self._install_table(dp, name, attached=True)
 
-    def _install_table(self, dp, name: str) -> None:
-        """Delete ours, then the whole table (and fast-failover groups first)."""
+    def _attach(self, dp) -> None:
+        """Track the switch's channel and ask for its ports (their state is what failures read)."""
+        self.datapaths[dp.id] = dp
+        dp.send_msg(dp.ofproto_parser.OFPPortDescStatsRequest(dp, 0))
+
+    def _install_table(self, dp, name: str, attached: bool = False) -> None:
+        """Delete ours, then the whole table (and fast-failover groups first). attached: the
+        reconnection already tracked the channel and asked for the ports."""
         self.installed_here.add(name)
         entries = self.current[name]
         backup = self._backup_of(name)
@@ -279,14 +285,14 @@ class ZlabRoutes(BaseApp):
         for k in range(0, len(mods), MOD_CHUNK):
             self._send_chunk(dp, mods[k : k + MOD_CHUNK])
         dp.send_msg(dp.ofproto_parser.OFPBarrierRequest(dp))
-        dp.send_msg(dp.ofproto_parser.OFPPortDescStatsRequest(dp, 0))
-        self.datapaths[dp.id] = dp
+        if not attached:
+            self._attach(dp)
         self.installed.write(
             {
                 "t_ns": time.time_ns(),
                 "switch": name,
                 "dpid": dp.id,
-                "entries": len(entries) + 2,
+                "entries": len(entries) + FIXED_ENTRIES,
                 "ff_protected": sum(1 for e in entries if backup is not None and backup(e) is not None),
             }
         )
