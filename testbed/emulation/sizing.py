@@ -30,6 +30,7 @@ class Prediction:
     links: int
     values: dict = field(default_factory=dict)  # QUANTITIES -> predicted value
     basis: str = ""  # which measured points, interpolated or extrapolated
+    history: str = ""  # this very size measured more than once: the range of its ready times
     verdict: str = "fits"  # fits | tight | does not fit | unknown
     reasons: list = field(default_factory=list)
 
@@ -93,6 +94,7 @@ def predict(fabric, costs: dict | None, mem_available_bytes: int, cpu_headroom: 
     how = "interpolated" if lo <= pr.links <= hi else "extrapolated"
     names = ", ".join(f"{p['spec']} ({p['links']} links)" for p in sorted(use, key=lambda p: p["links"]))
     pr.basis = f"{how} from {len(use)} measured bring-ups: {names}"
+    pr.history = _history([p for p in pts if p["spec"].split(":")[0] == fabric.kind and p["links"] == pr.links])
     mem = pr.values["peak_memory_bytes"]
     if mem > mem_available_bytes:
         pr.verdict = "does not fit"
@@ -119,6 +121,24 @@ def predict(fabric, costs: dict | None, mem_available_bytes: int, cpu_headroom: 
     return pr
 
 
+def _history(same_size: list[dict]) -> str:
+    """The spread of this size's own bring-ups (a point keeps its earlier runs under `earlier`): the
+    prediction uses the latest, and a user sizing a lab should know how far runs have strayed."""
+    runs = [r for p in same_size for r in (p, *p.get("earlier", []))]
+    if len(runs) < 2:
+        return ""
+    ready = [r["zlab"]["ready_s"] for r in runs if "ready_s" in r.get("zlab", {})]
+    failed = len(runs) - len(ready)
+    text = f"this size was brought up {len(runs)} times here (older code included)"
+    if len(ready) == 1:
+        text += f": ready in {ready[0]:.0f} s once"
+    elif ready:
+        text += f": ready in {min(ready):.0f}-{max(ready):.0f} s over {len(ready)}"
+    if failed:
+        text += f"; {failed} failed"
+    return text + "; the prediction uses the latest"
+
+
 def describe(pr: Prediction) -> list[str]:
     """Lines for a person: the verdict, the predicted costs, and why."""
     if not pr.values:
@@ -130,6 +150,8 @@ def describe(pr: Prediction) -> list[str]:
         f"ovs-vswitchd idle {v['ovs_idle_cores']:.2f} cores",
         f"  ({pr.basis})",
     ]
+    if pr.history:
+        out.append(f"  {pr.history}")
     out += [f"  {r}" for r in pr.reasons]
     return out
 

@@ -57,6 +57,23 @@ def test_a_measured_size_is_predicted_as_measured():
     assert "interpolated" in pr.basis
 
 
+def test_a_size_brought_up_before_shows_its_spread_and_uses_the_latest():
+    again = point("zcube:n=16", 768, 64.0, 1.6, 0.16)
+    again["earlier"] = [
+        point("zcube:n=16", 768, 90.0, 1.6, 0.16),
+        {"spec": "zcube:n=16", "links": 768, "zlab": {"error": "x"}},
+    ]
+    costs = {"points": [*COSTS["points"][:2], again]}
+    pr = sizing.predict(build_fabric("zcube:n=16"), costs, 20 * GiB, 0.7)
+    assert pr.values["ready_s"] == pytest.approx(64.0)
+    assert pr.history == (
+        "this size was brought up 3 times here (older code included): ready in 64-90 s over 2; 1 failed; "
+        "the prediction uses the latest"
+    )
+    assert pr.history in "\n".join(sizing.describe(pr))
+    assert sizing.predict(build_fabric("zcube:n=8"), costs, 20 * GiB, 0.7).history == ""  # measured once
+
+
 def test_a_larger_size_is_extrapolated_from_the_last_two():
     # 192 -> 768 links: ready 8 -> 64 s is slope log(8)/log(4) = 1.5, so at 3,072 links 64 x 4^1.5 = 512 s;
     # memory 0.4 -> 1.6 GiB is slope 1: 6.4 GiB; ovs idle 0.16 -> 0.64 cores
