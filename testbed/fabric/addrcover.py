@@ -6,7 +6,7 @@ and an ECMP group is 128 masked udp_src entries; one set of buckets per destinat
 128,099 entries per spine, more than ovs-vswitchd installed in 29 minutes. All destinations
 behind one leaf share one group, and a leaf's addresses are a few bit patterns (a rail's GPUs
 differ only in their server bits), so a handful of masked matches per group carry the same
-forwarding in about 5,000 entries per spine (tests/unit/test_addrcover.py).
+forwarding in at most 6,192 entries per spine (tests/unit/test_addrcover.py).
 
 Exact means: among the fabric's addresses, a cover matches the set and nothing else. Addresses
 that are not the fabric's (gaps in the plan) may match; zlab's tables already forward those by

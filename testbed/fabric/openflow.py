@@ -24,7 +24,7 @@ def flow_entries(tables: Tables, switch: str) -> list[dict]:
     destinations of one ECMP group share its buckets (the hash depends on the switch and the
     group's size only), so they are matched together by an exact masked cover of their
     addresses instead of one set of buckets each: 128,099 entries per spine of a 1,024-GPU ROFT
-    become about 5,000 (addrcover.py says why).
+    become at most 6,192 (addrcover.py says why).
     """
     fab = tables.fabric
     node = fab.node_by_name[switch]
