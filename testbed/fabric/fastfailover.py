@@ -18,6 +18,7 @@ import numpy as np
 
 from . import failures as fl
 from . import ids
+from .addrcover import matches
 from .model import Fabric
 from .openflow import PRIORITY_HOST, PRIORITY_MASKED, flow_entries
 from .paths import forwarding_tables, walk
@@ -177,6 +178,11 @@ def _repick(fab: Fabric, H: Tables, cable: int, mine, transit) -> list[tuple[int
     return out
 
 
+def _matched(entry: dict, addresses: list[int]) -> np.ndarray:
+    """Which addresses an entry's ipv4_dst match selects."""
+    return matches(ids.ip_to_int(entry["ipv4_dst"]), ids.ip_to_int(entry["ipv4_mask"]), addresses)
+
+
 def annotate(fab: Fabric, prot: dict) -> dict[str, dict]:
     """Per switch name: its healthy entries with `ff_backup` (a port number) where protected,
     and the transit entries to pre-install — what the controller installs in fast-failover mode."""
@@ -189,21 +195,17 @@ def annotate(fab: Fabric, prot: dict) -> dict[str, dict]:
         port_id = {p.number: p.id for p in fab.ports if p.node == sw.id}
         exact = {fab.port_by_ip[x["ipv4_dst"]].id for x in entries if x["ipv4_mask"] == "255.255.255.255"}
         multi = [int(a) for a in np.nonzero(row >= len(fab.ports))[0] if int(a) not in exact]
-        multi_ip = np.array([ids.ip_to_int(fab.ports[a].ip) for a in multi], dtype=np.int64)
-
-        def hits(e, multi_ip=multi_ip):
-            m = ids.ip_to_int(e["ipv4_mask"])
-            return (multi_ip & m) == (ids.ip_to_int(e["ipv4_dst"]) & m)
-
+        multi_ip = [ids.ip_to_int(fab.ports[a].ip) for a in multi]
         masked = np.zeros(len(multi), dtype=bool)  # carried by a masked group entry, not the default
         for e in entries:
             if e["ipv4_mask"] != "255.255.255.255" and e["priority"] >= PRIORITY_MASKED:
-                masked |= hits(e)
+                masked |= _matched(e, multi_ip)
         for e in entries:
             if e["ipv4_mask"] == "255.255.255.255":
                 carried = [fab.port_by_ip[e["ipv4_dst"]].id]
             else:  # the default or a masked group entry: every address it carries shares its group
-                hit = hits(e) if e["priority"] >= PRIORITY_MASKED else hits(e) & ~masked
+                hit = _matched(e, multi_ip)
+                hit = hit if e["priority"] >= PRIORITY_MASKED else hit & ~masked
                 carried = [multi[i] for i in np.nonzero(hit)[0]]
             if not carried:
                 continue
