@@ -247,6 +247,7 @@ class ZlabRoutes(BaseApp):
             )
             return
         self._install_table(dp, name)
+        self._attach(dp)
 
     @set_ev_cls(ofp_event.EventOFPAggregateStatsReply, MAIN_DISPATCHER)
     def on_aggregate(self, ev):
@@ -265,16 +266,15 @@ class ZlabRoutes(BaseApp):
             }
         )
         if held != expected:
-            self._install_table(dp, name, attached=True)
+            self._install_table(dp, name)
 
     def _attach(self, dp) -> None:
         """Track the switch's channel and ask for its ports (their state is what failures read)."""
         self.datapaths[dp.id] = dp
         dp.send_msg(dp.ofproto_parser.OFPPortDescStatsRequest(dp, 0))
 
-    def _install_table(self, dp, name: str, attached: bool = False) -> None:
-        """Delete ours, then the whole table (and fast-failover groups first). attached: the
-        reconnection already tracked the channel and asked for the ports."""
+    def _install_table(self, dp, name: str) -> None:
+        """Delete ours, then the whole table (and fast-failover groups first)."""
         self.installed_here.add(name)
         entries = self.current[name]
         backup = self._backup_of(name)
@@ -285,8 +285,6 @@ class ZlabRoutes(BaseApp):
         for k in range(0, len(mods), MOD_CHUNK):
             self._send_chunk(dp, mods[k : k + MOD_CHUNK])
         dp.send_msg(dp.ofproto_parser.OFPBarrierRequest(dp))
-        if not attached:
-            self._attach(dp)
         self.installed.write(
             {
                 "t_ns": time.time_ns(),
