@@ -33,6 +33,8 @@ class RecoveryPlan:
             raise RuntimeError(f"failures.json: unknown schema {doc.get('schema')!r}")
         self.mode = doc["recovery"]
         self.detect = doc["detect"]
+        # flow-mods a second a recovery may send (0: unpaced); a document written before the field: unpaced
+        self.install_mods_per_s = float(doc.get("install_mods_per_s", 0.0))
         # fast-failover: entry -> backup port (a group watches the primary), and transit entries that are
         # part of the healthy state from the start (healthy traffic never matches them)
         self.ff_backup: dict[tuple[str, tuple], tuple[int, int]] = {}  # -> (primary, backup)

@@ -176,6 +176,25 @@ def parse_lldp(data: bytes):
 MOD_CHUNK = 256  # flow-mods sent between two yields of the controller's event loop
 
 
+class Pace:
+    """A recovery's flow-mod pace: after each chunk, how long to wait so that the mods sent so far
+    average at most mods_per_s since the recovery began (0: never wait).
+
+    Why: on a 2-core machine the controller serialising and ovs-vswitchd applying an unpaced
+    recovery (17,337 entries on a 256-GPU ROFT, in 8-11 s) held both cores above the fidelity
+    guard's limit; spread over longer, the same entries leave room for the replay. Averaging from
+    the start (not per chunk) lets a chunk sent late (the loop was busy) be followed sooner."""
+
+    def __init__(self, mods_per_s: float, t0_s: float):
+        self.mods_per_s, self.t0_s, self.sent = float(mods_per_s), float(t0_s), 0
+
+    def wait_s(self, n: int, now_s: float) -> float:
+        self.sent += n
+        if self.mods_per_s <= 0:
+            return 0.0
+        return max(0.0, self.t0_s + self.sent / self.mods_per_s - now_s)
+
+
 class ZlabRoutes(BaseApp):
     OFP_VERSIONS = [ofproto_v1_3.OFP_VERSION]
 
@@ -383,6 +402,7 @@ class ZlabRoutes(BaseApp):
             self.fail_log.write({"t_ns": time.monotonic_ns(), "event": "unplanned", "down_links": sorted(down)})
             return
         changes = {name: diff(self.current[name], entries) for name, entries in target.items()}
+        pace = Pace(self.plan.install_mods_per_s, time.monotonic())
         # the smallest changes first: the switches at the failed cable (a ROFT leaf there changes
         # 949 entries, the other leaves 16,400 each) stop sending into it seconds, not a minute, sooner
         for name in sorted(changes, key=lambda n: sum(map(len, changes[n]))):
@@ -397,9 +417,9 @@ class ZlabRoutes(BaseApp):
             # other switches' echo requests went unanswered, OVS dropped them after its 5 s
             # inactivity probe, and each reconnection re-sent a whole table (30 in one run)
             for k in range(0, len(add), MOD_CHUNK):
-                self._send_chunk(dp, entry_mods(dp, [], add[k : k + MOD_CHUNK], backup))
+                self._send_chunk(dp, entry_mods(dp, [], add[k : k + MOD_CHUNK], backup), pace)
             for k in range(0, len(delete), MOD_CHUNK):
-                self._send_chunk(dp, entry_mods(dp, delete[k : k + MOD_CHUNK], [], backup))
+                self._send_chunk(dp, entry_mods(dp, delete[k : k + MOD_CHUNK], [], backup), pace)
             barrier = dp.ofproto_parser.OFPBarrierRequest(dp)
             dp.set_xid(barrier)
             self.barriers[barrier.xid] = name
@@ -416,10 +436,12 @@ class ZlabRoutes(BaseApp):
             )
 
     @staticmethod
-    def _send_chunk(dp, mods) -> None:
+    def _send_chunk(dp, mods, pace: Pace | None = None) -> None:
         for mod in mods:
             dp.send_msg(mod)
-        hub.sleep(0)  # let the other switches' channels (echo replies, port status) run
+        # a yield lets the other switches' channels (echo replies, port status) run; a paced
+        # recovery also waits until its pace allows the next chunk
+        hub.sleep(pace.wait_s(len(mods), time.monotonic()) if pace is not None else 0)
 
     @set_ev_cls(ofp_event.EventOFPBarrierReply, MAIN_DISPATCHER)
     def on_barrier(self, ev):

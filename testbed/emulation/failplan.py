@@ -105,8 +105,13 @@ def recovery_policy(fab: Fabric, mode: str) -> str:
     return kind.controller_policy or kind.repair_policies[0]
 
 
-def document(fab: Fabric, events: list[dict], recovery: str, detect: dict, label: str = "") -> dict:
-    """failures.json: steps, the failure state after each, and per state the tables to install."""
+def document(
+    fab: Fabric, events: list[dict], recovery: str, detect: dict, label: str = "", install_mods_per_s: float = 0.0
+) -> dict:
+    """failures.json: steps, the failure state after each, and per state the tables to install
+    (at most install_mods_per_s flow-mods a second; 0: unpaced)."""
+    if not install_mods_per_s >= 0:
+        raise FailurePlanError(f"failures.install_mods_per_s: {install_mods_per_s!r}; must be >= 0")
     if recovery not in RECOVERY_MODES:
         raise FailurePlanError(f"failures.recovery.{label}: {recovery!r}; valid: {', '.join(RECOVERY_MODES)}")
     parsed = [_check_event(fab, e, f"failures.events.{label}[{i}]") for i, e in enumerate(events)]
@@ -147,6 +152,7 @@ def document(fab: Fabric, events: list[dict], recovery: str, detect: dict, label
         "recovery": recovery,
         "policy": policy,
         "detect": dict(detect),
+        "install_mods_per_s": float(install_mods_per_s),
         "steps": out_steps,
         "states": list(states.values()),
         "cables": cable_map(fab),

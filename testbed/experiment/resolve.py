@@ -175,7 +175,14 @@ def _failplan(spec: dict, fr: FabricRun) -> dict | None:
     ]
     detect = {k: f[k] for k in ("probe_hz", "probe_window", "probe_min_lost", "probe_timeout_s", "poll_s")}
     try:
-        return failplan.document(fr.fabric, events, f["recovery"].get(fr.label, "controller"), detect, fr.label)
+        return failplan.document(
+            fr.fabric,
+            events,
+            f["recovery"].get(fr.label, "controller"),
+            detect,
+            fr.label,
+            install_mods_per_s=float(f["install_mods_per_s"]),
+        )
     except failplan.FailurePlanError as exc:
         raise ExperimentSpecError(f"spec error at {exc}") from None
 

@@ -156,6 +156,9 @@ SCHEMA = {
             probe_min_lost=_n(5, 1, False, integer=True),
             probe_timeout_s=_n(1.5, 0),  # a probe not back by then is lost (emulated queues can be deep)
             poll_s=_n(0.1, 0),  # the controller's port-state poll (confirms port-status messages)
+            # the controller's recovery sends at most this many flow-mods a second (0: as fast as it can); on
+            # a 2-core machine an unpaced ROFT recovery (17,337 entries at 256 GPUs) held both cores busy
+            install_mods_per_s=_n(0, 0, False),
             # host recovery: a QP moves to its GPU's other port after this many timeouts without progress
             apm_timeouts=_n(1, 1, False, integer=True),
             # agent: a QP whose acknowledgements stop this long while data is outstanding records a stall
@@ -237,6 +240,7 @@ DESCRIPTIONS = {
     "failures.probe_min_lost": "probes of the window lost to call a direction gray (routed around)",
     "failures.probe_timeout_s": "a probe not back by then is lost, seconds",
     "failures.poll_s": "the controller's port-state poll, seconds",
+    "failures.install_mods_per_s": "the controller's recovery pace, flow-mods per second (0: unpaced)",
     "failures.apm_timeouts": "host recovery: timeouts without progress before a QP moves to its GPU's other port",
     "failures.stall_emulated_s": "a QP whose acknowledgements stop this long with data outstanding records a stall",
     "referee": "replay the finished run in ns-3 (zlab referee); needs provision.sh --referee",

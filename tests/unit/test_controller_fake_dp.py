@@ -142,9 +142,9 @@ DETECT = {"probe_hz": 10, "probe_window": 10, "probe_min_lost": 3, "probe_timeou
 
 @pytest.fixture
 def failing_app(tmp_path, monkeypatch):
-    def make(spec, events, recovery="controller"):
+    def make(spec, events, recovery="controller", install_mods_per_s=0.0):
         fab = build_fabric(spec)
-        doc = failplan.document(fab, events, recovery, DETECT)
+        doc = failplan.document(fab, events, recovery, DETECT, install_mods_per_s=install_mods_per_s)
         (tmp_path / "flows.json").write_text(json.dumps(flows_document(fab)))
         (tmp_path / "failures.json").write_text(json.dumps(doc))
         monkeypatch.setenv("ZLAB_RUN_DIR", str(tmp_path))
@@ -301,6 +301,60 @@ def test_reroute_is_make_before_break(failing_app, spec, target, monkeypatch):
         assert table == new, sw
         assert now == after, sw  # the incremental answers end where the new table's do
     assert changed  # the failure did change tables
+
+
+@pytest.mark.parametrize("mods_per_s", [0.0, 1000.0])
+def test_a_paced_recovery_sends_no_faster_than_its_pace_and_installs_the_same(failing_app, monkeypatch, mods_per_s):
+    """failures.install_mods_per_s: by any moment of the recovery, at most pace x elapsed + one chunk
+    of flow-mods have gone out, the whole recovery lasts at least mods / pace, and the switches end
+    with the model's degraded tables as unpaced; at pace 0 the controller never waits."""
+    spec, target = "roft:gpus=16,gpus_per_server=4,segments=2", "cable:l0r0,sp0"
+    fab, doc, a, dps = failing_app(
+        spec, [{"at_emulated_s": 1, "action": "down", "target": target}], "controller", mods_per_s
+    )
+    assert doc["install_mods_per_s"] == mods_per_s
+    (state,) = doc["states"]
+    end = fab.ports[fab.links[state["down_links"][0]].a]
+    clock, waits, sent = [50.0], [], []  # sent: (time, switch) of every flow-mod
+
+    def sleep(s):
+        assert s >= 0
+        waits.append(s)
+        clock[0] += s
+
+    monkeypatch.setattr(zlab_routes.time, "monotonic", lambda: clock[0])
+    monkeypatch.setattr(zlab_routes.hub, "sleep", sleep)
+    monkeypatch.setattr(zlab_routes, "MOD_CHUNK", 16)  # this small recovery (159 mods) in many chunks
+    for name, dp in dps.items():
+        dp.sent.clear()
+        dp.send_msg = lambda msg, dp=dp, name=name: (
+            dp.sent.append(msg),
+            isinstance(msg, parser.OFPFlowMod) and sent.append((clock[0], name)),
+        )
+    port_status(a, dps[fab.nodes[end.node].name], end.number, down=True)
+    n_mods = sum(isinstance(m, parser.OFPFlowMod) for dp in dps.values() for m in dp.sent)
+    assert n_mods > zlab_routes.MOD_CHUNK  # more than one chunk, so the pace has something to hold back
+    for sw, dp in dps.items():
+        want = as_table(state["switches"].get(sw, flows_document(fab)["switches"][sw]["entries"]))
+        healthy = as_table(flows_document(fab)["switches"][sw]["entries"])
+        assert apply_mods(healthy, dp.sent) == want, sw
+    if mods_per_s == 0:
+        assert set(waits) == {0}
+        return
+    times = sorted(t for t, _ in sent)
+    for k, t in enumerate(times):
+        assert k + 1 <= mods_per_s * (t - 50.0) + zlab_routes.MOD_CHUNK + 1, (k, t)
+    assert clock[0] - 50.0 >= n_mods / mods_per_s - 1e-9
+
+
+def test_pace_catches_up_after_a_late_chunk():
+    """The pace averages from the recovery's start: a chunk sent late is followed at once."""
+    p = zlab_routes.Pace(100.0, 10.0)
+    assert p.wait_s(50, 10.0) == pytest.approx(0.5)
+    assert p.wait_s(50, 12.0) == 0.0  # due at 11.0, already past
+    assert p.wait_s(100, 12.0) == pytest.approx(0.0)  # 200 mods due by 12.0
+    assert p.wait_s(100, 12.0) == pytest.approx(1.0)
+    assert zlab_routes.Pace(0, 10.0).wait_s(10**6, 10.0) == 0.0
 
 
 def test_unplanned_failure_changes_nothing(failing_app):
