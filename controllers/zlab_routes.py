@@ -458,8 +458,9 @@ class ZlabRoutes(BaseApp):
         while True:
             now = time.monotonic()
             if poll_s and now >= next_poll:
-                for dp in list(self.datapaths.values()):
-                    dp.send_msg(dp.ofproto_parser.OFPPortDescStatsRequest(dp, 0))
+                for dpid, dp in list(self.datapaths.items()):
+                    if self.by_dpid.get(dpid) in self.plan.poll_switches:
+                        dp.send_msg(dp.ofproto_parser.OFPPortDescStatsRequest(dp, 0))
                 next_poll = now + poll_s
             if hz and now >= next_probe:
                 self._send_probes()

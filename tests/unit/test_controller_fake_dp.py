@@ -347,6 +347,40 @@ def test_a_paced_recovery_sends_no_faster_than_its_pace_and_installs_the_same(fa
     assert clock[0] - 50.0 >= n_mods / mods_per_s - 1e-9
 
 
+@pytest.mark.parametrize(
+    "target, want",
+    [
+        ("cable:l0r0,sp0", {"l0r0", "sp0"}),  # the cable's two switches
+        ("switch:sp0", {"sp0"} | {f"l{s}r{r}" for s in (0, 1) for r in range(4)}),  # a dead switch, its neighbours
+    ],
+)
+def test_port_state_poll_asks_only_the_switches_the_schedule_touches(failing_app, monkeypatch, target, want):
+    """The port-state poll (the backup to port-status messages) asks the switches with a port at a
+    scheduled cable, every poll_s; asking all 32 switches of a 256-GPU ROFT ten times a second held
+    the controller at 80-90 % of a core."""
+    spec = "roft:gpus=16,gpus_per_server=4,segments=2"
+    fab, doc, a, dps = failing_app(spec, [{"at_emulated_s": 1, "action": "down", "target": target}])
+    assert a.plan.poll_switches == frozenset(want)
+    a.datapaths = {dp.id: dp for dp in dps.values()}
+    a.plan.detect = dict(a.plan.detect, probe_hz=0)
+    clock = [10.0]
+
+    def sleep(s):
+        clock[0] += s
+        if clock[0] > 10.0 + 1.0:
+            raise StopIteration
+
+    monkeypatch.setattr(zlab_routes.time, "monotonic", lambda: clock[0])
+    monkeypatch.setattr(zlab_routes.hub, "sleep", sleep)
+    for dp in dps.values():
+        dp.sent.clear()
+    with pytest.raises(StopIteration):
+        a._fail_loop()
+    asked = {name: sum(isinstance(m, parser.OFPPortDescStatsRequest) for m in dp.sent) for name, dp in dps.items()}
+    assert {n for n, k in asked.items() if k} == set(want)
+    assert all(k in (10, 11) for n, k in asked.items() if n in want), asked  # every 0.1 s for 1 s
+
+
 def test_pace_catches_up_after_a_late_chunk():
     """The pace averages from the recovery's start: a chunk sent late is followed at once."""
     p = zlab_routes.Pace(100.0, 10.0)
