@@ -51,7 +51,11 @@ def controller_command(framework: str, run_dir: Path, port: int, extra: list[str
 # 2026-12-07). At 256 GPUs and 1 s (ZCube(16,2): 8,768 entries a second; the 256-GPU ROFT: 20,816)
 # the fabrics idle at 0.14 and 0.19 of ovs-vswitchd's core (docs/emulation.md's size table). So the
 # period is at least the entries over this rate (assumption between the two).
-STATS_ENTRIES_PER_S = 20_000
+# flow entries the controller's statistics may poll a second. Each costs it about 50 us of Python
+# (parsing, one JSON record): measured 2026-12-08 on a 256-GPU ROFT, 20,816 entries a second held it at
+# 97 % of a core; in a failure replay at 4,150 a second it sat at 80-89 %, the machine above the
+# fidelity guard's limit; at 694 a second, 12-15 %. 1,000 a second costs about a tenth of a core.
+STATS_ENTRIES_PER_S = 1_000
 
 
 def stats_period_s(floor_s: float, entries: int) -> float:

@@ -233,17 +233,19 @@ def test_controller_frameworks_run_the_same_app(tmp_path, monkeypatch):
 
 def test_the_controller_statistics_period_grows_with_the_tables():
     """At most STATS_ENTRIES_PER_S flow entries polled a second: 1,024 GPUs at 1 s (67,712 entries a
-    second) saturated the controller and ovs-vswitchd and dropped switches' channels."""
+    second) saturated the controller and ovs-vswitchd and dropped switches' channels, and a 256-GPU
+    ROFT's 20,816 entries every 5 s held the controller at 80-89 % of a core in a failure replay."""
     from testbed.emulation.runfolder import flows_document
     from testbed.emulation.up import STATS_ENTRIES_PER_S, stats_period_s
 
     def entries(spec):
         return sum(len(v["entries"]) + 2 for v in flows_document(build_fabric(spec))["switches"].values())
 
-    assert entries("zcube:n=32") == 67_712 and entries("zcube:n=16") == 8_768
-    assert stats_period_s(1.0, entries("zcube:n=16")) == 1.0  # the requested period where it is cheap
-    assert stats_period_s(1.0, entries("zcube:n=32")) == 67_712 / STATS_ENTRIES_PER_S > 3
-    assert stats_period_s(5.0, entries("zcube:n=32")) == 5.0  # a run's longer period stays
+    assert entries("zcube:n=32") == 67_712 and entries("zcube:n=16") == 8_768 and entries("zcube:n=4") == 176
+    assert stats_period_s(1.0, entries("zcube:n=4")) == 1.0  # the requested period where it is cheap
+    assert stats_period_s(5.0, entries("zcube:n=16")) == 8_768 / STATS_ENTRIES_PER_S > 5  # 256 GPUs: longer
+    assert stats_period_s(1.0, entries("zcube:n=32")) == 67_712 / STATS_ENTRIES_PER_S > 60
+    assert stats_period_s(120.0, entries("zcube:n=32")) == 120.0  # a run's longer period stays
 
 
 def _table_wait(readings, timeout_s=120.0):
