@@ -139,7 +139,13 @@ class ProbeLoss:
         out = []
         stats = {}
         for d, sent in self.sent.items():
-            judged = [s for s, t in sent if now_ns - t >= self.timeout_ns]
+            judged = []  # the last 3 x window probes old enough to judge (all the rules below read)
+            for s, t in reversed(sent):
+                if now_ns - t >= self.timeout_ns:
+                    judged.append(s)
+                    if len(judged) == 3 * self.window:
+                        break
+            judged.reverse()
             got = self.got.get(d, set())
             recent = judged[-self.window :]
             stats[d] = (sum(1 for s in recent if s not in got), len(recent), judged, got)

@@ -381,6 +381,59 @@ def test_port_state_poll_asks_only_the_switches_the_schedule_touches(failing_app
     assert all(k in (10, 11) for n, k in asked.items() if n in want), asked  # every 0.1 s for 1 s
 
 
+def test_link_probes_go_out_evenly_over_the_probe_period(failing_app, monkeypatch):
+    """Every target (each switch's self-probe, each cable direction) is probed once per 1/probe_hz,
+    and the probes of one period are spread over it: no tick sends more than its share (plus
+    one), where all of them used to go out in one burst."""
+    spec = "roft:gpus=16,gpus_per_server=4,segments=2"
+    fab, doc, a, dps = failing_app(spec, [{"at_emulated_s": 1, "action": "down", "target": "cable:l0r0,sp0"}])
+    a.datapaths = {dp.id: dp for dp in dps.values()}
+    hz = 0.5
+    a.plan.detect = dict(a.plan.detect, probe_hz=hz, poll_s=0)
+    n_targets = len(fab.switches) + len(a.plan.probe_dirs)
+    clock, sends = [100.0], []  # (time, switch, out port) of every probe
+
+    def sleep(s):
+        clock[0] += s
+        if clock[0] > 100.0 + 2 / hz + 0.05 + 1e-9:  # two probe periods and the tick that ends them
+            raise StopIteration
+
+    monkeypatch.setattr(zlab_routes.time, "monotonic", lambda: clock[0])
+    monkeypatch.setattr(zlab_routes.time, "monotonic_ns", lambda: int(clock[0] * 1e9))
+    monkeypatch.setattr(zlab_routes.hub, "sleep", sleep)
+    for name, dp in dps.items():
+        dp.send_msg = lambda msg, name=name: (
+            isinstance(msg, parser.OFPPacketOut) and sends.append((round(clock[0], 6), name, msg.actions[0].port))
+        )
+    with pytest.raises(StopIteration):
+        a._fail_loop()
+    assert len(sends) >= 2 * n_targets
+    sends = sends[: 2 * n_targets]  # the first two rounds
+    per_target = {}
+    for t, name, port in sends:
+        per_target.setdefault((name, port), []).append(t)
+    assert len(per_target) == n_targets and all(len(ts) == 2 for ts in per_target.values())
+    gaps = [b - a_ for a_, b in per_target.values()]
+    assert all(abs(g - 1 / hz) <= 0.05 + 1e-6 for g in gaps), gaps  # once per period each (to a tick)
+    per_tick = {}
+    for t, _, _ in sends:
+        per_tick[t] = per_tick.get(t, 0) + 1
+    share = n_targets * hz * 0.05  # the loop wakes every 50 ms
+    assert max(per_tick.values()) <= share + 1, per_tick
+    assert len(per_tick) > 0.8 * (2 / hz) / 0.05  # spread over the periods, not a burst or two
+
+
+def test_probe_loss_reads_only_the_probes_it_judges():
+    """update() reads the last 3 x window judgeable probes of a direction, whatever its history."""
+    p = ProbeLoss(window=4, min_lost=2, timeout_ns=10)
+    d = ("s1", 1)
+    for seq in range(1, 200):
+        p.sent_probe(d, seq, seq * 100)
+        if seq < 150 or seq % 2:  # from 150 on, every even probe lost
+            p.got_probe(d, seq)
+    assert p.update(200 * 100) == [(d, True, 2, 4)]
+
+
 def test_pace_catches_up_after_a_late_chunk():
     """The pace averages from the recovery's start: a chunk sent late is followed at once."""
     p = zlab_routes.Pace(100.0, 10.0)
