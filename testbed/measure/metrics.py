@@ -209,6 +209,16 @@ NOT_APPLICABLE_TO_NS3 = (
 )
 
 
+def replay_reason(status: str | None) -> str | None:
+    """Why a repeat's replay voids it (None: it completed). No status at all means the run.json
+    holds no record of the repeat's replay: the run was stopped (a signal) before it ended."""
+    if status == "complete":
+        return None
+    if status is None:
+        return "replay not recorded (the run was stopped before the repeat's replay ended)"
+    return f"replay {status}"
+
+
 def fidelity(out: dict, m: dict) -> dict:
     """The repeat's verdict: valid, or the list of rules it broke (m: the spec's measurement).
     Every rule fails closed (rules.py): one that cannot read its input voids the repeat."""
@@ -216,8 +226,8 @@ def fidelity(out: dict, m: dict) -> dict:
         return _ns3_fidelity(out)
     v = Verdict()
     cpu = out["cpu_fraction"]
-    if out["replay_status"] != "complete":
-        v.void(f"replay {out['replay_status']}")
+    if (reason := replay_reason(out["replay_status"])) is not None:
+        v.void(reason)
     v.check("CPU", lambda: _cpu_rule(cpu, m))
     late_frac, calib = out["late_sample_fraction"], out["calibration"]
     if late_frac is None:

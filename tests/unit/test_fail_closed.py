@@ -517,3 +517,13 @@ def test_machine_bound_advice_never_suggests_a_rate_the_spec_refuses(monkeypatch
     assert a.overrides == [] and not a.retry_possible and "already the lowest" in a.why[0]
     with pytest.raises(EmulationError):
         EmulationConfig(rate_scale=floor / 2).validate(fab)
+
+
+def test_a_replay_without_a_record_voids_its_repeat_and_says_why():
+    """A run stopped mid-replay has no replay record for that repeat: the verdict says so, in words
+    (it printed "replay None")."""
+    from testbed.measure.metrics import replay_reason
+
+    assert replay_reason("complete") is None
+    assert replay_reason("incomplete") == "replay incomplete"
+    assert replay_reason(None) == "replay not recorded (the run was stopped before the repeat's replay ended)"
