@@ -56,7 +56,6 @@ class RecoveryPlan:
         # descriptions a second on a 256-GPU ROFT, and held the controller at 80-90 % of a core
         iface_link = {end["iface"]: c["link"] for c in doc["cables"] for end in c["ends"]}
         touched = {iface_link[i] for st in doc["steps"] for i in st["ifaces"] if i in iface_link}
-        touched |= {int(c) for st in doc["steps"] for c in st["links"]}
         self.poll_switches: frozenset[str] = frozenset(
             end["node"] for c in doc["cables"] if c["link"] in touched for end in c["ends"] if end["switch"]
         )

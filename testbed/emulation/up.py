@@ -44,17 +44,13 @@ def controller_command(framework: str, run_dir: Path, port: int, extra: list[str
     raise EmulationError(f"controller {framework!r}: valid: {', '.join(CONTROLLERS)}")
 
 
-# The controller polls every switch's flow and port statistics once per period. At 1,024 GPUs
-# (ZCube(32,2): 64 tables of 1,058 entries) a 1 s period asked for 67,712 entries a second: the
-# controller used 96 % of a core parsing them, ovs-vswitchd ran 2 s poll loops, and switches
-# dropped their channels and were re-sent their tables (145 installs for 64 switches in 10 min;
-# 2026-12-07). At 256 GPUs and 1 s (ZCube(16,2): 8,768 entries a second; the 256-GPU ROFT: 20,816)
-# the fabrics idle at 0.14 and 0.19 of ovs-vswitchd's core (docs/emulation.md's size table). So the
-# period is at least the entries over this rate (assumption between the two).
-# flow entries the controller's statistics may poll a second. Each costs it about 50 us of Python
-# (parsing, one JSON record): measured 2026-12-08 on a 256-GPU ROFT, 20,816 entries a second held it at
-# 97 % of a core; in a failure replay at 4,150 a second it sat at 80-89 %, the machine above the
-# fidelity guard's limit; at 694 a second, 12-15 %. 1,000 a second costs about a tenth of a core.
+# The controller polls every switch's flow and port statistics once per period; the period is at
+# least the flow entries over STATS_ENTRIES_PER_S. Each entry costs the controller about 50 us of
+# Python (parsing, one JSON record). Measured: at 1,024 GPUs and 1 s (ZCube(32,2), 67,712 entries a
+# second) it used 96 % of a core, ovs-vswitchd ran 2 s poll loops and switches dropped their channels
+# (2026-12-07); on the 256-GPU ROFT, 20,816 a second held it at 97 %, 4,150 a second in a failure
+# replay at 80-89 % (the machine above the fidelity guard's limit), 694 a second at 12-15 %
+# (2026-12-08). 1,000 a second costs about a tenth of a core.
 STATS_ENTRIES_PER_S = 1_000
 
 
